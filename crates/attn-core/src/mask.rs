@@ -1,0 +1,141 @@
+//! Boolean masks. Convention everywhere: `true` = this key is **masked** (not attended),
+//! as in burn; PyTorch's boolean `attn_mask` means the opposite ("keep") and converts with
+//! [`keep_to_mask`].
+
+use burn::tensor::{Bool, Device, Tensor, TensorData};
+
+use crate::{AttentionError, CausalAlignment};
+
+/// The causal mask for `seq_len_q` queries and `seq_len_kv` keys: `true` above the diagonal.
+///
+/// With [`CausalAlignment::TopLeft`] query `i` sees keys `0..=i`; with
+/// [`CausalAlignment::BottomRight`] it sees keys `0..=i + seq_len_kv - seq_len_q`.
+///
+/// # Shapes
+/// - returns: `[seq_len_q, seq_len_kv]`
+///
+/// ```
+/// use attn_core::{causal_mask, CausalAlignment};
+/// let m = causal_mask(2, 3, CausalAlignment::TopLeft, &burn::tensor::Device::flex());
+/// assert_eq!(m.into_data().to_vec::<bool>().unwrap(), [false, true, true, false, false, true]);
+/// ```
+pub fn causal_mask(
+    seq_len_q: usize,
+    seq_len_kv: usize,
+    alignment: CausalAlignment,
+    device: &Device,
+) -> Tensor<2, Bool> {
+    causal_block(seq_len_q, 0, seq_len_kv, causal_offset(alignment, seq_len_q, seq_len_kv), device)
+}
+
+/// How many keys past its own index the last-but-diagonal key of each query is.
+pub(crate) fn causal_offset(alignment: CausalAlignment, seq_len_q: usize, seq_len_kv: usize) -> i64 {
+    match alignment {
+        CausalAlignment::TopLeft => 0,
+        CausalAlignment::BottomRight => seq_len_kv as i64 - seq_len_q as i64,
+    }
+}
+
+/// Causal mask restricted to keys `kv_start..kv_start + len`: key `j` is masked for query `i`
+/// when `j > i + offset`.
+pub(crate) fn causal_block(
+    seq_len_q: usize,
+    kv_start: usize,
+    len: usize,
+    offset: i64,
+    device: &Device,
+) -> Tensor<2, Bool> {
+    // tril_mask is `false` on and below the shifted diagonal, `true` above it.
+    Tensor::<2, Bool>::tril_mask([seq_len_q, len], offset - kv_start as i64, device)
+}
+
+/// Marks padding: `true` at positions `length..seq_len` of each sequence.
+///
+/// # Shapes
+/// - returns: `[batch, seq_len]` with `batch = lengths.len()`
+///
+/// # Errors
+/// [`AttentionError::LengthTooLong`] when a length exceeds `seq_len`.
+pub fn padding_mask_from_lengths(
+    lengths: &[usize],
+    seq_len: usize,
+    device: &Device,
+) -> Result<Tensor<2, Bool>, AttentionError> {
+    if let Some((index, &length)) = lengths.iter().enumerate().find(|(_, l)| **l > seq_len) {
+        return Err(AttentionError::LengthTooLong { index, length, seq_len });
+    }
+    let data: Vec<bool> = lengths
+        .iter()
+        .flat_map(|&length| (0..seq_len).map(move |pos| pos >= length))
+        .collect();
+    Ok(Tensor::from_data(TensorData::new(data, [lengths.len(), seq_len]), device))
+}
+
+/// Turns a key padding mask into an attention mask that broadcasts over heads and queries.
+///
+/// # Shapes
+/// - `padding`: `[batch, seq_len_kv]`, `true` = padding
+/// - returns: `[batch, 1, 1, seq_len_kv]`
+pub fn padding_mask(padding: Tensor<2, Bool>) -> Tensor<4, Bool> {
+    let [batch, seq_len_kv] = padding.dims();
+    padding.reshape([batch, 1, 1, seq_len_kv]) // [batch, 1, 1, seq_len_kv]
+}
+
+/// Converts a keep-mask (`true` = attend, PyTorch's boolean `attn_mask`) into a mask
+/// (`true` = do not attend).
+pub fn keep_to_mask<const D: usize>(keep: Tensor<D, Bool>) -> Tensor<D, Bool> {
+    keep.bool_not()
+}
+
+/// Converts a mask (`true` = do not attend) into a keep-mask (`true` = attend).
+pub fn mask_to_keep<const D: usize>(mask: Tensor<D, Bool>) -> Tensor<D, Bool> {
+    mask.bool_not()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_testing::for_each_device;
+
+    fn bools<const D: usize>(t: Tensor<D, Bool>) -> Vec<bool> {
+        t.into_data().convert::<bool>().to_vec::<bool>().expect("bool data")
+    }
+
+    #[test]
+    fn causal_alignments_differ_only_when_lengths_differ() {
+        for_each_device(|d| {
+            let top = bools(causal_mask(2, 4, CausalAlignment::TopLeft, &d.device));
+            assert_eq!(top, [false, true, true, true, false, false, true, true]);
+            let bottom = bools(causal_mask(2, 4, CausalAlignment::BottomRight, &d.device));
+            assert_eq!(bottom, [false, false, false, true, false, false, false, false]);
+            let square_top = bools(causal_mask(3, 3, CausalAlignment::TopLeft, &d.device));
+            let square_bottom = bools(causal_mask(3, 3, CausalAlignment::BottomRight, &d.device));
+            assert_eq!(square_top, square_bottom);
+        });
+    }
+
+    #[test]
+    fn padding_from_lengths_marks_the_tail() {
+        for_each_device(|d| {
+            let m = padding_mask_from_lengths(&[3, 1], 3, &d.device).expect("lengths fit");
+            assert_eq!(bools(m.clone()), [false, false, false, false, true, true]);
+            assert_eq!(padding_mask(m).dims(), [2, 1, 1, 3]);
+        });
+    }
+
+    #[test]
+    fn padding_longer_than_the_sequence_is_an_error_naming_it() {
+        let err = padding_mask_from_lengths(&[2, 9], 4, &Device::flex()).unwrap_err();
+        assert_eq!(err, AttentionError::LengthTooLong { index: 1, length: 9, seq_len: 4 });
+        assert!(err.to_string().contains("length 9"));
+    }
+
+    #[test]
+    fn keep_and_mask_are_complements() {
+        for_each_device(|d| {
+            let keep = Tensor::<1, Bool>::from_data(TensorData::from([true, false]), &d.device);
+            assert_eq!(bools(keep_to_mask(keep.clone())), [false, true]);
+            assert_eq!(bools(mask_to_keep(keep_to_mask(keep))), [true, false]);
+        });
+    }
+}

@@ -1,0 +1,131 @@
+//! What a caller can ask of attention: mask, bias, causality, scale, dropout, weights, strategy.
+
+use burn::tensor::{Bool, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// Where the causal diagonal sits when `seq_len_q != seq_len_kv`.
+///
+/// For a square score matrix both alignments are the usual lower triangle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CausalAlignment {
+    /// Query `i` sees keys `0..=i` (PyTorch's `is_causal=True`, `torch.tril`).
+    TopLeft,
+    /// Query `i` sees keys `0..=i + seq_len_kv - seq_len_q`: the last query sees every key
+    /// (burn's `is_causal`, FlashAttention-2, decoding with a key/value cache).
+    BottomRight,
+}
+
+/// How attention is computed. All strategies return the same numbers within float rounding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Strategy {
+    /// Chooses for you:
+    /// - [`Strategy::Explicit`] when the weights are asked for or dropout is active
+    ///   (both need the weight matrix);
+    /// - [`Strategy::Explicit`] when gradients flow (an autodiff graph is recording):
+    ///   it is the fastest differentiable path at the lengths that fit in memory;
+    /// - [`Strategy::Fused`] otherwise (inference), burn's backend kernel.
+    #[default]
+    Auto,
+    /// Materialise scores and weights, following the equation step by step.
+    Explicit,
+    /// Online softmax over blocks of `block` keys: memory `O(seq_len_q × block)` per head
+    /// in the forward pass, differentiable on every backend. No weights, no dropout.
+    Chunked {
+        /// Keys per block.
+        block: usize,
+    },
+    /// burn's `module::attention` (flex's tiled kernel, the CubeCL flash kernel, or burn's
+    /// decomposed fallback). No weights, no dropout.
+    Fused,
+}
+
+impl Strategy {
+    /// The name used in errors, logs and benchmark output.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Strategy::Auto => "auto",
+            Strategy::Explicit => "explicit",
+            Strategy::Chunked { .. } => "chunked",
+            Strategy::Fused => "fused",
+        }
+    }
+}
+
+/// Options for [`scaled_dot_product_attention`](crate::scaled_dot_product_attention).
+///
+/// Built with `AttentionOptions::new()` and the `with_*` methods; the default is plain
+/// attention with scale `1/√d_head` and the automatic strategy.
+#[derive(Clone, Debug, Default)]
+pub struct AttentionOptions {
+    /// Boolean mask, `true` = the key is **not** attended (burn's convention).
+    /// Any shape that broadcasts to `[batch, n_heads, seq_len_q, seq_len_kv]`.
+    pub mask: Option<Tensor<4, Bool>>,
+    /// Additive bias on the scaled scores (ALiBi, relative positions), broadcasting to
+    /// `[batch, n_heads, seq_len_q, seq_len_kv]`.
+    pub bias: Option<Tensor<4>>,
+    /// Causal masking and its alignment.
+    pub causal: Option<CausalAlignment>,
+    /// Scale on `q·kᵀ`; `None` means `1/√d_head`.
+    pub scale: Option<f64>,
+    /// Dropout probability on the weights after softmax. Applied only on an autodiff device
+    /// (training); in inference it is ignored.
+    pub dropout: f64,
+    /// Return the weights `[batch, n_heads, seq_len_q, seq_len_kv]` too.
+    pub need_weights: bool,
+    /// Which computation to use.
+    pub strategy: Strategy,
+}
+
+impl AttentionOptions {
+    /// Plain attention: no mask, no bias, scale `1/√d_head`, automatic strategy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Masks the keys where `mask` is `true`.
+    pub fn with_mask(mut self, mask: Tensor<4, Bool>) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+
+    /// Masks the keys where `keep` is `false` (PyTorch's boolean `attn_mask` convention).
+    pub fn with_keep_mask(self, keep: Tensor<4, Bool>) -> Self {
+        self.with_mask(crate::keep_to_mask(keep))
+    }
+
+    /// Adds `bias` to the scaled scores before softmax.
+    pub fn with_bias(mut self, bias: Tensor<4>) -> Self {
+        self.bias = Some(bias);
+        self
+    }
+
+    /// Makes the attention causal with the given alignment.
+    pub fn with_causal(mut self, alignment: CausalAlignment) -> Self {
+        self.causal = Some(alignment);
+        self
+    }
+
+    /// Replaces `1/√d_head` with `scale`.
+    pub fn with_scale(mut self, scale: f64) -> Self {
+        self.scale = Some(scale);
+        self
+    }
+
+    /// Drops weights with probability `dropout` while training.
+    pub fn with_dropout(mut self, dropout: f64) -> Self {
+        self.dropout = dropout;
+        self
+    }
+
+    /// Also returns the attention weights.
+    pub fn with_need_weights(mut self, need_weights: bool) -> Self {
+        self.need_weights = need_weights;
+        self
+    }
+
+    /// Forces a strategy.
+    pub fn with_strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+}
