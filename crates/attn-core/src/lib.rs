@@ -14,7 +14,9 @@
 //!   the `[batch, n_heads, seq_len_q, seq_len_kv]` weights.
 //! - [`Strategy::Chunked`]: online softmax over blocks of keys; memory `O(seq_len_q × block)`.
 //! - [`Strategy::Fused`]: burn's [`burn::tensor::module::attention`].
-//! - [`Strategy::Auto`]: picks one of the three (see [`Strategy`]).
+//! - [`Strategy::Native`]: this crate's blocked CPU kernel (online softmax on register-blocked
+//!   micro-kernels, rayon over heads and query blocks), for flex and ndarray.
+//! - [`Strategy::Auto`]: picks one of them (see [`Strategy`]).
 //!
 //! Everything here is a pure function: no parameters, no randomness except dropout's
 //! (drawn from the device's generator), no I/O.
@@ -42,6 +44,7 @@ mod explicit;
 mod fused;
 mod heads;
 mod mask;
+mod native;
 mod options;
 mod sdpa;
 mod softmax;
@@ -51,6 +54,7 @@ pub use error::AttentionError;
 pub use explicit::scaled_scores;
 pub use heads::{merge_heads, repeat_kv_heads, split_heads, try_split_heads};
 pub use mask::{causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_mask_from_lengths};
+pub use native::{NativeOutput, native_attention, native_serves};
 pub use options::{AttentionOptions, CausalAlignment, Strategy};
 pub use sdpa::{
     AttentionOutput, PreparedAttention, scaled_dot_product_attention,

@@ -23,7 +23,9 @@ pub enum Strategy {
     ///   (both need the weight matrix);
     /// - [`Strategy::Explicit`] when gradients flow (an autodiff graph is recording):
     ///   it is the fastest differentiable path at the lengths that fit in memory;
-    /// - [`Strategy::Fused`] otherwise (inference), burn's backend kernel.
+    /// - [`Strategy::Native`] otherwise (inference) on devices whose tensors live in host
+    ///   memory (flex, ndarray: see [`native_serves`](crate::native_serves));
+    /// - [`Strategy::Fused`] otherwise (inference elsewhere), burn's backend kernel.
     #[default]
     Auto,
     /// Materialise scores and weights, following the equation step by step.
@@ -37,6 +39,11 @@ pub enum Strategy {
     /// burn's `module::attention` (flex's tiled kernel, the CubeCL flash kernel, or burn's
     /// decomposed fallback). No weights, no dropout.
     Fused,
+    /// This crate's blocked CPU kernel (see [`native_attention`](crate::native_attention)):
+    /// inputs copied to host memory, online softmax over key blocks on register-blocked
+    /// micro-kernels, rayon over batch, heads and query blocks. Runs on any device, fast where
+    /// [`native_serves`](crate::native_serves). No weights, no dropout, no gradients.
+    Native,
 }
 
 impl Strategy {
@@ -47,6 +54,7 @@ impl Strategy {
             Strategy::Explicit => "explicit",
             Strategy::Chunked { .. } => "chunked",
             Strategy::Fused => "fused",
+            Strategy::Native => "native",
         }
     }
 }

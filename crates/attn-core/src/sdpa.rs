@@ -3,7 +3,7 @@
 use burn::tensor::{Bool, Tensor};
 
 use crate::mask::{causal_block, causal_offset};
-use crate::{AttentionError, AttentionOptions, Strategy, chunked, explicit, fused};
+use crate::{AttentionError, AttentionOptions, Strategy, chunked, explicit, fused, native};
 
 /// What attention returns.
 #[derive(Clone, Debug)]
@@ -29,7 +29,8 @@ pub struct AttentionOutput {
 ///
 /// # Errors
 /// An [`AttentionError`] naming the dimensions when the shapes cannot work, or when a forced
-/// strategy cannot honour the options (weights or dropout from `Chunked` or `Fused`).
+/// strategy cannot honour the options (weights or dropout from `Chunked`, `Fused` or `Native`;
+/// gradients from `Native`).
 pub fn try_scaled_dot_product_attention(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -47,6 +48,7 @@ pub fn try_scaled_dot_product_attention(
             AttentionOutput { context: chunked::attention(q, k, v, &plan, block), weights: None }
         }
         Strategy::Fused => AttentionOutput { context: fused::attention(q, k, v, &plan), weights: None },
+        Strategy::Native => AttentionOutput { context: native::attention(q, k, v, &plan), weights: None },
     };
     Ok(output)
 }
@@ -163,6 +165,7 @@ impl PreparedAttention {
             Strategy::Auto if q.is_tracked() || k.is_tracked() || v.is_tracked() => {
                 Ok(Strategy::Explicit)
             }
+            Strategy::Auto if native::native_serves(&q.device()) => Ok(Strategy::Native),
             Strategy::Auto => Ok(Strategy::Fused),
             Strategy::Explicit => Ok(Strategy::Explicit),
             Strategy::Chunked { block } if block == 0 => Err(AttentionError::InvalidBlock { block }),
@@ -175,6 +178,10 @@ impl PreparedAttention {
                         "apply dropout to the weights"
                     },
                 })
+            }
+            Strategy::Native => {
+                native::check_can_run(q, k, v, options, self)?;
+                Ok(Strategy::Native)
             }
             forced => Ok(forced),
         }

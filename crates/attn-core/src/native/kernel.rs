@@ -1,0 +1,671 @@
+//! The blocked attention kernel on plain `f32` slices: FlashAttention-2's loop order on a CPU.
+//!
+//! One task owns `BLOCK_Q` queries of one head and walks the keys in blocks of `BLOCK_KV`,
+//! keeping a running row maximum `m`, a running denominator `l` and an unnormalised output
+//! `o` (the online softmax of `chunked.rs`, in base 2):
+//!
+//! ```text
+//! s  = (q · scale · log2 e)·kᵀ + bias · log2 e      (masked → −∞)     [BLOCK_Q, BLOCK_KV]
+//! m' = max(m, rowmax(s))
+//! p  = 2^(s − m')
+//! l  = l · 2^(m − m') + rowsum(p)
+//! o  = o · 2^(m − m') + p·v                                            [BLOCK_Q, d_value]
+//! ```
+//!
+//! and at the end `context = o / l` and `lse = (m + log2 l) · ln 2`, the natural log-sum-exp
+//! of each row's scores (what a FlashAttention-2 backward recomputes the weights from).
+//! Working in base 2 folds `log2 e` into the query scale and the bias, so each weight costs
+//! one `2^x` and no multiply.
+//!
+//! Both products run on register-blocked micro-kernels ([`Kernels`]) that keep an
+//! `[MR, NR] = [6, 16]` block of the result in twelve 8-wide registers for a whole inner
+//! loop: per step one row of 16 values is loaded and each of 6 values is broadcast against it.
+//! Keys and values are packed once per head into panels of 16 (`kᵀ` as `[d_head][16]`, `v` as
+//! `[seq_len_kv][16]`) and each task's queries into tiles of 6, so that every step reads
+//! contiguous memory. The `[BLOCK_Q, BLOCK_KV]` scores of one task stay in L2, the key and
+//! value panels in use stay in L1, and no `[seq_len_q, seq_len_kv]` buffer is ever formed.
+//! Tasks (batch, head, query block) run on rayon's pool, so both cores stay busy.
+//!
+//! Causal attention skips the key blocks above the diagonal altogether. Rows whose keys are
+//! all masked end with `l = 0` and return zeros, as the other strategies do.
+//!
+//! The inner loops exist twice: [`Portable`] (plain Rust, left to LLVM's auto-vectoriser) and
+//! `avx2::Avx2` (explicit 8-wide vectors behind [`pulp`]'s run-time AVX2 + FMA detection).
+//! Neither needs `unsafe`.
+
+use rayon::prelude::*;
+
+use super::exp::{exp2, mul_add};
+
+/// Rows of the micro-kernel's register block.
+pub(super) const MR: usize = 6;
+/// Columns of the micro-kernel's register block: two 8-wide AVX registers.
+pub(super) const NR: usize = 16;
+/// Queries per task: a multiple of [`MR`].
+const BLOCK_Q: usize = 16 * MR;
+/// Keys per block: a multiple of [`NR`].
+const BLOCK_KV: usize = 256;
+
+/// A mask or bias that broadcasts to `[batch, n_heads, seq_len_q, seq_len_kv]`: element
+/// `[b, h, i, j]` sits at `b·strides[0] + h·strides[1] + i·strides[2] + j·strides[3]`, with
+/// stride 0 along every broadcast dimension.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Broadcast<'a, T> {
+    /// The values, row-major in their own (possibly broadcast) shape.
+    pub data: &'a [T],
+    /// Element strides; 0 where the dimension is broadcast.
+    pub strides: [usize; 4],
+}
+
+impl<'a, T: Copy> Broadcast<'a, T> {
+    /// A row-major tensor of shape `dims` broadcast to its target: size-1 dimensions get
+    /// stride 0.
+    pub fn new(data: &'a [T], dims: [usize; 4]) -> Self {
+        let mut strides = [0; 4];
+        let mut step = 1;
+        for axis in (0..4).rev() {
+            strides[axis] = if dims[axis] == 1 { 0 } else { step };
+            step *= dims[axis];
+        }
+        Self { data, strides }
+    }
+
+    /// Keys `j0..j0 + len` of row `[b, h, i]`: a slice, or one value when the key axis is
+    /// broadcast.
+    fn row(&self, b: usize, h: usize, i: usize, j0: usize, len: usize) -> Row<'a, T> {
+        let [sb, sh, si, sj] = self.strides;
+        let start = b * sb + h * sh + i * si + j0 * sj;
+        if sj == 0 { Row::Same(self.data[start]) } else { Row::Keys(&self.data[start..start + len]) }
+    }
+}
+
+/// One row of a [`Broadcast`] over a block of keys.
+enum Row<'a, T> {
+    /// One value per key.
+    Keys(&'a [T]),
+    /// The same value for every key.
+    Same(T),
+}
+
+/// Everything the kernel needs, as host slices.
+///
+/// # Shapes
+/// - `q`: `[batch, n_heads, seq_len_q, d_head]`, row-major
+/// - `k`: `[batch, n_kv_heads, seq_len_kv, d_head]`
+/// - `v`: `[batch, n_kv_heads, seq_len_kv, d_value]`
+/// - `mask` (`true` = not attended), `bias`: broadcast to `[batch, n_heads, seq_len_q, seq_len_kv]`
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Problem<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub batch: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub seq_len_q: usize,
+    pub seq_len_kv: usize,
+    pub d_head: usize,
+    pub d_value: usize,
+    pub scale: f32,
+    pub mask: Option<Broadcast<'a, bool>>,
+    pub bias: Option<Broadcast<'a, f32>>,
+    /// Key `j` is masked for query `i` when `j > i + offset`.
+    pub causal_offset: Option<i64>,
+}
+
+/// Runs attention, writing the context and, when asked for, each row's log-sum-exp.
+///
+/// # Shapes
+/// - `context`: `[batch, n_heads, seq_len_q, d_value]`
+/// - `lse`: `[batch, n_heads, seq_len_q]` (`−∞` for a row whose keys are all masked)
+pub(crate) fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut [f32]>) {
+    run_tasks(problem, context, lse, Instructions::Best);
+}
+
+/// Which [`Kernels`] the tasks use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Instructions {
+    /// AVX2 + FMA where the CPU has them, [`Portable`] elsewhere.
+    Best,
+    /// [`Portable`] everywhere (so that tests cover it on every machine).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Portable,
+}
+
+fn run_tasks(p: &Problem, context: &mut [f32], lse: Option<&mut [f32]>, instructions: Instructions) {
+    assert_eq!(context.len(), p.batch * p.n_heads * p.seq_len_q * p.d_value, "context size");
+    if context.is_empty() {
+        return;
+    }
+    let keys = PackedKeys::new(p);
+
+    // One task per (batch, head, block of queries); each owns its rows of the outputs.
+    let mut lse_store = Vec::new();
+    let lse = match lse {
+        Some(lse) => lse,
+        None => {
+            lse_store.resize(p.batch * p.n_heads * p.seq_len_q, 0.0);
+            &mut lse_store[..]
+        }
+    };
+    assert_eq!(lse.len(), p.batch * p.n_heads * p.seq_len_q, "lse size");
+    let head_tasks = context
+        .chunks_mut(p.seq_len_q * p.d_value)
+        .zip(lse.chunks_mut(p.seq_len_q))
+        .enumerate();
+    let tasks: Vec<_> = head_tasks
+        .flat_map(|(head, (context, lse))| {
+            context
+                .chunks_mut(BLOCK_Q * p.d_value)
+                .zip(lse.chunks_mut(BLOCK_Q))
+                .enumerate()
+                .map(move |(block, (context, lse))| (head, block * BLOCK_Q, context, lse))
+        })
+        .collect();
+    tasks.into_par_iter().for_each_init(
+        || Scratch::new(p, &keys),
+        |scratch, (head, q_start, context, lse)| {
+            let task = Task { p, keys: &keys, head, q_start, scratch, context, lse };
+            task.dispatch(instructions);
+        },
+    );
+}
+
+/// Keys and values packed once per key/value head into the layouts the micro-kernels stream:
+/// `kᵀ` in panels of [`NR`] keys, `[n_key_panels][d_head][NR]` (zero past `seq_len_kv`), and
+/// `v` in panels of [`NR`] value columns, `[n_value_panels][seq_len_kv][NR]` (zero past
+/// `d_value`). Each micro-kernel step then reads one contiguous row of [`NR`] values.
+struct PackedKeys {
+    k_panels: Vec<f32>,
+    v_panels: Vec<f32>,
+    n_key_panels: usize,
+    n_value_panels: usize,
+}
+
+impl PackedKeys {
+    fn new(p: &Problem) -> Self {
+        let n_key_panels = p.seq_len_kv.div_ceil(NR);
+        let n_value_panels = p.d_value.div_ceil(NR);
+        let k_len = n_key_panels * p.d_head * NR;
+        let v_len = n_value_panels * p.seq_len_kv * NR;
+        let n_kv = p.batch * p.n_kv_heads;
+        let mut k_panels = vec![0.0; n_kv * k_len];
+        let mut v_panels = vec![0.0; n_kv * v_len];
+        k_panels
+            .par_chunks_mut(k_len)
+            .zip(v_panels.par_chunks_mut(v_len))
+            .enumerate()
+            .for_each(|(kv_head, (k_packed, v_packed))| {
+                let k = &p.k[kv_head * p.seq_len_kv * p.d_head..][..p.seq_len_kv * p.d_head];
+                for (j, key) in k.chunks_exact(p.d_head).enumerate() {
+                    let panel = &mut k_packed[(j / NR) * p.d_head * NR..][..p.d_head * NR];
+                    for (c, &x) in key.iter().enumerate() {
+                        panel[c * NR + j % NR] = x;
+                    }
+                }
+                let v = &p.v[kv_head * p.seq_len_kv * p.d_value..][..p.seq_len_kv * p.d_value];
+                for (j, value) in v.chunks_exact(p.d_value).enumerate() {
+                    for (panel, cols) in value.chunks(NR).enumerate() {
+                        v_packed[(panel * p.seq_len_kv + j) * NR..][..cols.len()].copy_from_slice(cols);
+                    }
+                }
+            });
+        Self { k_panels, v_panels, n_key_panels, n_value_panels }
+    }
+
+    /// Key panel `panel` of key/value head `kv_head`, `[d_head][NR]`.
+    fn k_panel<'a>(&'a self, p: &Problem, kv_head: usize, panel: usize) -> &'a [f32] {
+        let len = p.d_head * NR;
+        &self.k_panels[(kv_head * self.n_key_panels + panel) * len..][..len]
+    }
+
+    /// Value columns `panel · NR..` of keys `j0..j0 + len` of key/value head `kv_head`,
+    /// `[len][NR]`.
+    fn v_panel<'a>(&'a self, p: &Problem, kv_head: usize, panel: usize, j0: usize, len: usize) -> &'a [f32] {
+        let start = ((kv_head * self.n_value_panels + panel) * p.seq_len_kv + j0) * NR;
+        &self.v_panels[start..][..len * NR]
+    }
+}
+
+/// Per-thread buffers, reused from task to task.
+struct Scratch {
+    /// Queries times `scale · log2 e`, packed by tiles of [`MR`] rows as
+    /// `[BLOCK_Q / MR][d_head][MR]`, zero past the last query.
+    q: Vec<f32>,
+    /// Scores, then weights, of one key block: `[BLOCK_Q, BLOCK_KV]` at most.
+    s: Vec<f32>,
+    /// Unnormalised output `[BLOCK_Q, d_value_padded]`.
+    o: Vec<f32>,
+    /// Running row maximum (base 2).
+    m: Vec<f32>,
+    /// Running row denominator.
+    l: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(p: &Problem, keys: &PackedKeys) -> Self {
+        Self {
+            q: vec![0.0; BLOCK_Q * p.d_head],
+            s: vec![0.0; BLOCK_Q * BLOCK_KV],
+            o: vec![0.0; BLOCK_Q * keys.n_value_panels * NR],
+            m: vec![0.0; BLOCK_Q],
+            l: vec![0.0; BLOCK_Q],
+        }
+    }
+}
+
+/// One block of queries of one head.
+pub(super) struct Task<'a, 'p> {
+    p: &'a Problem<'p>,
+    keys: &'a PackedKeys,
+    /// `b · n_heads + h`.
+    head: usize,
+    q_start: usize,
+    scratch: &'a mut Scratch,
+    /// This block's rows of the context, `[rows, d_value]`.
+    context: &'a mut [f32],
+    /// This block's rows of the log-sum-exp.
+    lse: &'a mut [f32],
+}
+
+impl Task<'_, '_> {
+    /// Runs the task with AVX2 and FMA where the CPU has them, portable code elsewhere.
+    fn dispatch(self, instructions: Instructions) {
+        match instructions {
+            Instructions::Best => {
+                #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+                if let Some(simd) = pulp::x86::V3::try_new() {
+                    return simd.vectorize(super::avx2::Run(self, super::avx2::Avx2(simd)));
+                }
+            }
+            Instructions::Portable => {}
+        }
+        self.run(Portable);
+    }
+
+    /// The online-softmax loop over key blocks, then `o / l`.
+    #[inline(always)]
+    pub(super) fn run<K: Kernels>(self, kernels: K) {
+        let Task { p, keys, head, q_start, scratch, context, lse } = self;
+        let (b, h) = (head / p.n_heads, head % p.n_heads);
+        let kv_head = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
+        let rows = lse.len();
+        let rows_padded = rows.next_multiple_of(MR);
+        let (d_head, d_value) = (p.d_head, p.d_value);
+        let dv_padded = keys.n_value_panels * NR;
+
+        let to_base_2 = std::f32::consts::LOG2_E;
+        let q = &mut scratch.q[..rows_padded * d_head];
+        pack_queries(q, &p.q[(head * p.seq_len_q + q_start) * d_head..][..rows * d_head], d_head, p.scale * to_base_2);
+        let o = &mut scratch.o[..rows_padded * dv_padded];
+        o.fill(0.0);
+        let m = &mut scratch.m[..rows];
+        m.fill(f32::NEG_INFINITY);
+        let l = &mut scratch.l[..rows];
+        l.fill(0.0);
+
+        // Causal: the last query of the block sees keys up to `q_start + rows − 1 + offset`.
+        let kv_end = match p.causal_offset {
+            Some(offset) => (q_start as i64 + rows as i64 + offset).clamp(0, p.seq_len_kv as i64) as usize,
+            None => p.seq_len_kv,
+        };
+        let s = &mut scratch.s[..];
+
+        for j0 in (0..kv_end).step_by(BLOCK_KV) {
+            let len = BLOCK_KV.min(kv_end - j0);
+            // The scores' row stride. It is a run-time value on purpose: with a compile-time
+            // stride LLVM hoists all MR broadcasts of the p·v micro-kernel ahead of its FMAs
+            // and spills accumulators to the stack.
+            let len_padded = len.next_multiple_of(NR);
+
+            // s = q·kᵀ for this block: [rows_padded, d_head] · [d_head, len_padded].
+            for panel in 0..len_padded / NR {
+                let k_panel = keys.k_panel(p, kv_head, j0 / NR + panel);
+                for (tile, q_tile) in q.chunks_exact(MR * d_head).enumerate() {
+                    let c = &mut s[tile * MR * len_padded + panel * NR..];
+                    kernels.scores_tile(q_tile, k_panel, c, len_padded);
+                }
+            }
+
+            for i in 0..rows {
+                let query = q_start + i;
+                let visible = match p.causal_offset {
+                    Some(offset) => (query as i64 + offset + 1 - j0 as i64).clamp(0, len as i64) as usize,
+                    None => len,
+                };
+                let row = &mut s[i * len_padded..][..len];
+                let (seen, hidden) = row.split_at_mut(visible);
+                hidden.fill(0.0);
+                if let Some(bias) = &p.bias {
+                    add_scaled(seen, bias.row(b, h, query, j0, visible), to_base_2);
+                }
+                if let Some(mask) = &p.mask {
+                    apply_mask(seen, mask.row(b, h, query, j0, visible));
+                }
+                let m_new = m[i].max(kernels.row_max(seen));
+                if m_new == f32::NEG_INFINITY {
+                    // Nothing visible so far: no weight, nothing to rescale.
+                    seen.fill(0.0);
+                    continue;
+                }
+                let rescale = kernels.exp2(m[i] - m_new);
+                let sum = kernels.exp2_in_place(seen, m_new);
+                l[i] = kernels.mul_add(l[i], rescale, sum);
+                if rescale != 1.0 {
+                    for x in &mut o[i * dv_padded..][..dv_padded] {
+                        *x *= rescale;
+                    }
+                }
+                m[i] = m_new;
+            }
+
+            // o += p·v for this block: [rows_padded, len] · [len, dv_padded].
+            for panel in 0..keys.n_value_panels {
+                let v_panel = keys.v_panel(p, kv_head, panel, j0, len);
+                for tile in 0..rows_padded / MR {
+                    let a = &s[tile * MR * len_padded..];
+                    let c = &mut o[tile * MR * dv_padded + panel * NR..];
+                    kernels.accumulate_tile(a, len_padded, v_panel, c, dv_padded);
+                }
+            }
+        }
+
+        for i in 0..rows {
+            let out = &mut context[i * d_value..][..d_value];
+            let inv = if l[i] > 0.0 { 1.0 / l[i] } else { 0.0 };
+            for (dst, &x) in out.iter_mut().zip(&o[i * dv_padded..][..d_value]) {
+                *dst = x * inv;
+            }
+            lse[i] = if l[i] > 0.0 { (m[i] + l[i].log2()) * std::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+        }
+    }
+}
+
+/// Copies `rows` (`[n, d_head]`) times `scale` into `packed`, `[n_padded / MR][d_head][MR]`,
+/// with zero rows past `n`: one micro-kernel step then reads the [`MR`] values it broadcasts
+/// from one place.
+fn pack_queries(packed: &mut [f32], rows: &[f32], d_head: usize, scale: f32) {
+    for (tile, packed_tile) in packed.chunks_exact_mut(MR * d_head).enumerate() {
+        for r in 0..MR {
+            let row = rows.get((tile * MR + r) * d_head..(tile * MR + r + 1) * d_head);
+            for c in 0..d_head {
+                packed_tile[c * MR + r] = row.map_or(0.0, |row| row[c] * scale);
+            }
+        }
+    }
+}
+
+/// `row += scale · bias` over the visible keys.
+#[inline(always)]
+fn add_scaled(row: &mut [f32], bias: Row<'_, f32>, scale: f32) {
+    match bias {
+        Row::Keys(bias) => {
+            for (x, &b) in row.iter_mut().zip(bias) {
+                *x += b * scale;
+            }
+        }
+        Row::Same(b) => {
+            let b = b * scale;
+            for x in row {
+                *x += b;
+            }
+        }
+    }
+}
+
+/// `row = −∞` where the mask is set.
+#[inline(always)]
+fn apply_mask(row: &mut [f32], mask: Row<'_, bool>) {
+    match mask {
+        Row::Keys(mask) => {
+            for (x, &masked) in row.iter_mut().zip(mask) {
+                *x = if masked { f32::NEG_INFINITY } else { *x };
+            }
+        }
+        Row::Same(true) => row.fill(f32::NEG_INFINITY),
+        Row::Same(false) => {}
+    }
+}
+
+/// The three inner loops, once per instruction set: the register-blocked product, the row
+/// maximum and the exponentials. Everything around them is shared.
+pub(super) trait Kernels: Copy {
+    /// `a · b + c` for one value, fused where that is one instruction.
+    fn mul_add(self, a: f32, b: f32, c: f32) -> f32;
+
+    /// `2^x` for one value (see [`exp2`]).
+    fn exp2(self, x: f32) -> f32;
+
+    /// `c[MR, NR] = a[MR, k] · b[k, NR]` with both operands packed: `a` as `[k][MR]`,
+    /// `b` as `[k][NR]`; `c` has row stride `ldc`. The `[MR, NR]` result stays in registers
+    /// for the whole `k` loop: per step one row of `b` is loaded and each of the `MR` values
+    /// of `a` is broadcast against it.
+    fn scores_tile(self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize);
+
+    /// `c[MR, NR] += a[MR, k] · b[k, NR]` with `a` row-major (row stride `lda`), `b` packed as
+    /// `[k][NR]`, `c` with row stride `ldc`.
+    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize);
+
+    /// The largest value of `row`, `−∞` for an empty row.
+    fn row_max(self, row: &[f32]) -> f32;
+
+    /// `row = 2^(row − max)`, returning the sum of the new values.
+    fn exp2_in_place(self, row: &mut [f32], max: f32) -> f32;
+}
+
+/// Plain Rust that LLVM vectorises as well as it can for the target it compiles for: the
+/// fallback for CPUs without AVX2 and FMA, and for other architectures (aarch64 has FMA).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Portable;
+
+impl Portable {
+    /// Whether `f32::mul_add` is one instruction: aarch64 always has FMA; elsewhere without
+    /// AVX2 and FMA an unfused multiply-add is the fast one.
+    const FMA: bool = cfg!(target_arch = "aarch64");
+}
+
+impl Kernels for Portable {
+    #[inline(always)]
+    fn mul_add(self, a: f32, b: f32, c: f32) -> f32 {
+        mul_add::<{ Self::FMA }>(a, b, c)
+    }
+
+    #[inline(always)]
+    fn exp2(self, x: f32) -> f32 {
+        exp2::<{ Self::FMA }>(x)
+    }
+
+    #[inline(always)]
+    fn scores_tile(self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize) {
+        let mut acc = [[0.0f32; NR]; MR];
+        for (a_step, b_row) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+            for (acc_row, &x) in acc.iter_mut().zip(a_step) {
+                for (acc, &y) in acc_row.iter_mut().zip(b_row) {
+                    *acc = mul_add::<{ Self::FMA }>(x, y, *acc);
+                }
+            }
+        }
+        for (r, acc_row) in acc.iter().enumerate() {
+            c[r * ldc..][..NR].copy_from_slice(acc_row);
+        }
+    }
+
+    #[inline(always)]
+    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+        let k = b.len() / NR;
+        let mut acc = [[0.0f32; NR]; MR];
+        for (r, acc_row) in acc.iter_mut().enumerate() {
+            acc_row.copy_from_slice(&c[r * ldc..][..NR]);
+        }
+        let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
+        for (kk, b_row) in b.chunks_exact(NR).enumerate() {
+            for (acc_row, a_row) in acc.iter_mut().zip(&a_rows) {
+                let x = a_row[kk];
+                for (acc, &y) in acc_row.iter_mut().zip(b_row) {
+                    *acc = mul_add::<{ Self::FMA }>(x, y, *acc);
+                }
+            }
+        }
+        for (r, acc_row) in acc.iter().enumerate() {
+            c[r * ldc..][..NR].copy_from_slice(acc_row);
+        }
+    }
+
+    #[inline(always)]
+    fn row_max(self, row: &[f32]) -> f32 {
+        row.iter().fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a })
+    }
+
+    #[inline(always)]
+    fn exp2_in_place(self, row: &mut [f32], max: f32) -> f32 {
+        let mut sum = 0.0;
+        for x in row {
+            *x = exp2::<{ Self::FMA }>(*x - max);
+            sum += *x;
+        }
+        sum
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_testing::{SeededRng, assert_close_slices};
+
+    /// The same attention in `f64`, one query at a time, straight from the definition.
+    fn reference(p: &Problem) -> (Vec<f32>, Vec<f32>) {
+        let mut context = vec![0.0; p.batch * p.n_heads * p.seq_len_q * p.d_value];
+        let mut lse = vec![f32::NEG_INFINITY; p.batch * p.n_heads * p.seq_len_q];
+        let at = |x: &Broadcast<'_, _>, idx: [usize; 4]| idx.iter().zip(x.strides).map(|(i, s)| i * s).sum::<usize>();
+        for b in 0..p.batch {
+            for h in 0..p.n_heads {
+                let kv = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
+                for i in 0..p.seq_len_q {
+                    let row = (b * p.n_heads + h) * p.seq_len_q + i;
+                    let q = &p.q[row * p.d_head..][..p.d_head];
+                    let scores: Vec<f64> = (0..p.seq_len_kv)
+                        .map(|j| {
+                            let k = &p.k[(kv * p.seq_len_kv + j) * p.d_head..][..p.d_head];
+                            let dot: f64 = q.iter().zip(k).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+                            let mut s = dot * f64::from(p.scale);
+                            if let Some(bias) = &p.bias {
+                                s += f64::from(bias.data[at(bias, [b, h, i, j])]);
+                            }
+                            let masked = p.mask.as_ref().is_some_and(|m| m.data[at(m, [b, h, i, j])])
+                                || p.causal_offset.is_some_and(|o| j as i64 > i as i64 + o);
+                            if masked { f64::NEG_INFINITY } else { s }
+                        })
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    if max == f64::NEG_INFINITY {
+                        continue;
+                    }
+                    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let sum: f64 = weights.iter().sum();
+                    lse[row] = (max + sum.ln()) as f32;
+                    for c in 0..p.d_value {
+                        let value = |j: usize| f64::from(p.v[(kv * p.seq_len_kv + j) * p.d_value + c]);
+                        let out: f64 = weights.iter().enumerate().map(|(j, w)| w * value(j)).sum();
+                        context[row * p.d_value + c] = (out / sum) as f32;
+                    }
+                }
+            }
+        }
+        (context, lse)
+    }
+
+    fn values(rng: &mut SeededRng, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| rng.unit() * scale).collect()
+    }
+
+    /// A shape for a mask or bias that broadcasts to the scores, chosen by `kind`.
+    fn broadcast_dims(kind: usize, scores: [usize; 4]) -> [usize; 4] {
+        let [batch, n_heads, seq_len_q, seq_len_kv] = scores;
+        match kind % 4 {
+            0 => scores,
+            1 => [batch, 1, 1, seq_len_kv],
+            2 => [1, n_heads, seq_len_q, 1],
+            _ => [1, 1, seq_len_q, seq_len_kv],
+        }
+    }
+
+    #[test]
+    fn matches_the_definition_across_block_edges_masks_and_grouped_heads() {
+        let mut rng = SeededRng::new(31);
+        for trial in 0..16 {
+            let batch = rng.range(1, 2);
+            let n_kv_heads = rng.range(1, 2);
+            let n_heads = n_kv_heads * rng.range(1, 3);
+            // Lengths that cross the query block (96) and the key block (256), and tiny ones.
+            let seq_len_q = if trial % 3 == 0 { rng.range(1, 7) } else { rng.range(90, 200) };
+            let seq_len_kv = if trial % 4 == 0 { rng.range(1, 20) } else { rng.range(250, 530) };
+            let (d_head, d_value) = (rng.range(1, 19), rng.range(1, 35));
+            let scores = [batch, n_heads, seq_len_q, seq_len_kv];
+            let q = values(&mut rng, batch * n_heads * seq_len_q * d_head, 2.0);
+            let k = values(&mut rng, batch * n_kv_heads * seq_len_kv * d_head, 2.0);
+            let v = values(&mut rng, batch * n_kv_heads * seq_len_kv * d_value, 1.0);
+            let mask_dims = broadcast_dims(trial, scores);
+            let mask: Vec<bool> = (0..mask_dims.iter().product()).map(|_| rng.bernoulli(0.3)).collect();
+            let bias_dims = broadcast_dims(trial + 1, scores);
+            let bias = values(&mut rng, bias_dims.iter().product(), 3.0);
+            let problem = Problem {
+                q: &q,
+                k: &k,
+                v: &v,
+                batch,
+                n_heads,
+                n_kv_heads,
+                seq_len_q,
+                seq_len_kv,
+                d_head,
+                d_value,
+                scale: 0.1 + rng.unit().abs(),
+                mask: (trial % 3 != 1).then(|| Broadcast::new(&mask, mask_dims)),
+                bias: (trial % 2 == 0).then(|| Broadcast::new(&bias, bias_dims)),
+                causal_offset: match trial % 4 {
+                    0 => None,
+                    1 => Some(0),
+                    2 => Some(seq_len_kv as i64 - seq_len_q as i64),
+                    _ => Some(rng.range(0, 40) as i64 - 20),
+                },
+            };
+            let (want_context, want_lse) = reference(&problem);
+            for instructions in [Instructions::Best, Instructions::Portable] {
+                let mut context = vec![f32::NAN; want_context.len()];
+                let mut lse = vec![f32::NAN; want_lse.len()];
+                run_tasks(&problem, &mut context, Some(&mut lse), instructions);
+                let what = format!("trial {trial} ({instructions:?}), scores {scores:?}, d_head {d_head}, d_value {d_value}");
+                assert_close_slices(&context, &want_context, 1e-5, 1e-4, &format!("{what}: context"));
+                let finite = |x: &[f32]| x.iter().map(|&l| if l.is_finite() { l } else { -1e30 }).collect::<Vec<_>>();
+                assert_close_slices(&finite(&lse), &finite(&want_lse), 1e-4, 1e-5, &format!("{what}: lse"));
+            }
+        }
+    }
+
+    #[test]
+    fn fully_masked_rows_give_zero_context_and_minus_infinity_lse() {
+        let (q, k, v) = (vec![1.0; 2 * 3], vec![1.0; 4 * 3], vec![5.0; 4 * 2]);
+        // Query 0 sees no key (causal offset −1), query 1 sees key 0 only.
+        let problem = Problem {
+            q: &q,
+            k: &k,
+            v: &v,
+            batch: 1,
+            n_heads: 1,
+            n_kv_heads: 1,
+            seq_len_q: 2,
+            seq_len_kv: 4,
+            d_head: 3,
+            d_value: 2,
+            scale: 1.0,
+            mask: None,
+            bias: None,
+            causal_offset: Some(-1),
+        };
+        let (mut context, mut lse) = (vec![f32::NAN; 4], vec![f32::NAN; 2]);
+        attention(&problem, &mut context, Some(&mut lse));
+        assert_eq!(context, [0.0, 0.0, 5.0, 5.0]);
+        assert_eq!(lse[0], f32::NEG_INFINITY);
+        assert!((lse[1] - 3.0).abs() < 1e-6, "one key with score 3: lse {}", lse[1]);
+    }
+}

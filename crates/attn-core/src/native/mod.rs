@@ -1,0 +1,290 @@
+//! Native CPU attention: a blocked online-softmax kernel on tuned micro-kernels and rayon,
+//! behind [`Strategy::Native`](crate::Strategy::Native) and [`native_attention`].
+//!
+//! # Why host buffers, not a backend extension
+//!
+//! burn 0.22 can add an operation to a backend through its extension mechanism
+//! (`#[backend_extension(Flex, NdArray)]`, the `extension` feature), which would hand the kernel
+//! the backend's own tensor storage. That route needs `attn-core` to name the concrete backend
+//! types (so to turn on backend features, which the workspace keeps out of library crates) and
+//! to turn on burn's `extension` feature, which changes burn's feature set for the whole
+//! workspace and rebuilds all of it. This module instead reads `q`, `k`, `v`, the mask and the
+//! bias into host `f32` buffers with `into_data`, runs [`kernel::attention`] on them and builds
+//! the context back with `from_data`. On the CPU backends that is an `O(seq_len · d_head)` copy
+//! against `O(seq_len² · d_head)` work; what the extension route would add is skipping those
+//! copies, laziness under fusion, and a place to hang a custom autodiff backward.
+//!
+//! The copies also make the kernel correct on any device (a GPU tensor takes a round trip
+//! through host memory), so a forced `Strategy::Native` works everywhere; the automatic choice
+//! takes it only where the data already lives in host memory: [`native_serves`].
+
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+mod avx2;
+mod exp;
+mod kernel;
+
+use burn::tensor::{Bool, Device, Tensor, TensorData};
+
+use crate::{AttentionError, AttentionOptions, PreparedAttention, Strategy};
+use kernel::{Broadcast, Problem};
+
+/// What [`native_attention`] returns.
+#[derive(Clone, Debug)]
+pub struct NativeOutput {
+    /// The weighted sum of values, `[batch, n_heads, seq_len_q, d_value]`.
+    pub context: Tensor<4>,
+    /// `ln Σ_j exp(scores[.., i, j])` of each query's scaled, biased, masked scores,
+    /// `[batch, n_heads, seq_len_q]`; `−∞` where every key is masked. A FlashAttention-2
+    /// backward recomputes the weights of a block as `exp(scores − lse)` from it.
+    pub lse: Tensor<3>,
+}
+
+/// Whether `device` keeps its tensors in host memory, where the native kernel runs without
+/// moving data between devices: flex and ndarray (with or without autodiff).
+///
+/// [`Strategy::Auto`] picks [`Strategy::Native`] for inference on these devices.
+///
+/// ```
+/// assert!(attn_core::native_serves(&burn::tensor::Device::flex()));
+/// ```
+pub fn native_serves(device: &Device) -> bool {
+    // The dispatch enum's variants exist only for the backends burn was compiled with, so a
+    // `match` on them would not build in every feature set; their names always print.
+    let backend = format!("{:?}", device.clone().inner().as_dispatch());
+    backend.starts_with("Flex") || backend.starts_with("NdArray")
+}
+
+/// Attention on the native CPU kernel, returning the context and each row's log-sum-exp.
+///
+/// Same semantics as [`scaled_dot_product_attention`](crate::scaled_dot_product_attention)
+/// (mask, both causal alignments, bias, scale, grouped-query heads); fully masked rows return
+/// zeros. Runs on any device (see [`native_serves`] for where it is fast).
+///
+/// # Shapes
+/// - `q`: `[batch, n_heads, seq_len_q, d_head]`
+/// - `k`: `[batch, n_kv_heads, seq_len_kv, d_head]`, `n_kv_heads` dividing `n_heads`
+/// - `v`: `[batch, n_kv_heads, seq_len_kv, d_value]`
+/// - `options.mask`, `options.bias`: broadcast to `[batch, n_heads, seq_len_q, seq_len_kv]`
+/// - returns: context `[batch, n_heads, seq_len_q, d_value]`, lse `[batch, n_heads, seq_len_q]`
+///
+/// # Errors
+/// An [`AttentionError`] naming the dimensions when the shapes cannot work, and
+/// [`AttentionError::StrategyCannot`] when the options ask for weights or dropout, or when
+/// gradients would have to flow through it (it has no backward pass yet).
+pub fn native_attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    options: &AttentionOptions,
+) -> Result<NativeOutput, AttentionError> {
+    let plan = PreparedAttention::new(&q, &k, &v, options)?;
+    check_can_run(&q, &k, &v, options, &plan)?;
+    let (context, lse) = run(q, k, v, &plan, true);
+    Ok(NativeOutput { context, lse: lse.expect("the log-sum-exp was asked for") })
+}
+
+/// Refuses what the native kernel cannot do: return or drop weights, or be differentiated.
+pub(crate) fn check_can_run(
+    q: &Tensor<4>,
+    k: &Tensor<4>,
+    v: &Tensor<4>,
+    options: &AttentionOptions,
+    plan: &PreparedAttention,
+) -> Result<(), AttentionError> {
+    let what = if options.need_weights {
+        "return the attention weights"
+    } else if plan.dropout > 0.0 {
+        "apply dropout to the weights"
+    } else if q.is_tracked() || k.is_tracked() || v.is_tracked() {
+        "compute gradients (it has no backward pass)"
+    } else {
+        return Ok(());
+    };
+    Err(AttentionError::StrategyCannot { strategy: Strategy::Native.name(), what })
+}
+
+/// The context, for [`Strategy::Native`] inside `try_scaled_dot_product_attention`.
+pub(crate) fn attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, plan: &PreparedAttention) -> Tensor<4> {
+    run(q, k, v, plan, false).0
+}
+
+/// Copies the inputs to the host, runs the kernel, and builds the outputs on `q`'s device.
+fn run(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    plan: &PreparedAttention,
+    want_lse: bool,
+) -> (Tensor<4>, Option<Tensor<3>>) {
+    let [batch, n_heads, seq_len_q, seq_len_kv] = plan.scores_shape;
+    let [_, n_kv_heads, _, d_head] = k.dims();
+    let d_value = v.dims()[3];
+    let device = q.device();
+    let dtype = q.dtype();
+
+    let (q, k, v) = (floats(q), floats(k), floats(v));
+    let mask = plan.mask.clone().map(|m| (m.dims(), bools(m)));
+    let bias = plan.bias.clone().map(|b| (b.dims(), floats(b)));
+    let problem = Problem {
+        q: slice(&q),
+        k: slice(&k),
+        v: slice(&v),
+        batch,
+        n_heads,
+        n_kv_heads,
+        seq_len_q,
+        seq_len_kv,
+        d_head,
+        d_value,
+        scale: plan.scale as f32,
+        mask: mask.as_ref().map(|(dims, data)| Broadcast::new(data.as_slice(), *dims)),
+        bias: bias.as_ref().map(|(dims, data)| Broadcast::new(slice(data), *dims)),
+        causal_offset: plan.causal_offset,
+    };
+
+    let mut context = vec![0.0; batch * n_heads * seq_len_q * d_value];
+    let mut lse = want_lse.then(|| vec![0.0; batch * n_heads * seq_len_q]);
+    kernel::attention(&problem, &mut context, lse.as_deref_mut());
+
+    let context = Tensor::<4>::from_data(TensorData::new(context, [batch, n_heads, seq_len_q, d_value]), &device)
+        .cast(dtype);
+    let lse = lse
+        .map(|lse| Tensor::<3>::from_data(TensorData::new(lse, [batch, n_heads, seq_len_q]), &device).cast(dtype));
+    (context, lse)
+}
+
+/// A float tensor's values as `f32`, row-major.
+fn floats<const D: usize>(t: Tensor<D>) -> TensorData {
+    t.into_data().try_cast_as::<f32>().expect("float tensors convert to f32")
+}
+
+/// The `f32` values of data made by [`floats`].
+fn slice(data: &TensorData) -> &[f32] {
+    data.as_slice::<f32>().expect("floats() made f32 data")
+}
+
+/// A bool tensor's values, row-major.
+fn bools<const D: usize>(t: Tensor<D, Bool>) -> Vec<bool> {
+    t.into_data().try_cast_as::<bool>().and_then(|d| d.try_into_vec::<bool>()).expect("bool tensors convert to bool")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CausalAlignment, padding_mask, padding_mask_from_lengths, repeat_kv_heads, scaled_scores, try_scaled_dot_product_attention};
+    use attn_testing::{ATOL, RTOL, SeededRng, assert_tensors_close, device_for, for_each_device};
+
+    /// `q`, `k`, `v` with grouped-query heads and lengths that cross the kernel's query block
+    /// (96) and key block (256).
+    fn inputs(rng: &mut SeededRng, trial: usize, device: &Device) -> [Tensor<4>; 3] {
+        let batch = rng.range(1, 2);
+        let n_kv_heads = rng.range(1, 2);
+        let n_heads = n_kv_heads * rng.range(1, 3);
+        let seq_len_q = if trial % 2 == 0 { rng.range(1, 9) } else { rng.range(95, 130) };
+        let seq_len_kv = if trial % 3 == 0 { rng.range(1, 12) } else { rng.range(250, 300) };
+        let (d_head, d_value) = (rng.range(1, 20), rng.range(1, 20));
+        [
+            rng.tensor([batch, n_heads, seq_len_q, d_head], device).mul_scalar(2.0),
+            rng.tensor([batch, n_kv_heads, seq_len_kv, d_head], device).mul_scalar(2.0),
+            rng.tensor([batch, n_kv_heads, seq_len_kv, d_value], device),
+        ]
+    }
+
+    #[test]
+    fn native_equals_explicit_with_masks_bias_causality_and_grouped_heads() {
+        for_each_device(|d| {
+            let mut rng = SeededRng::new(77);
+            for trial in 0..8 {
+                let [q, k, v] = inputs(&mut rng, trial, &d.device);
+                let [batch, n_heads, seq_len_q, _] = q.dims();
+                let seq_len_kv = k.dims()[2];
+                let mut options = AttentionOptions::new().with_scale(0.2 + f64::from(rng.unit().abs()));
+                options = match trial % 3 {
+                    0 => options,
+                    1 => options.with_mask(rng.bool_tensor([batch, n_heads, seq_len_q, seq_len_kv], 0.3, &d.device)),
+                    _ => {
+                        let lengths: Vec<usize> = (0..batch).map(|_| rng.range(1, seq_len_kv)).collect();
+                        let padding = padding_mask_from_lengths(&lengths, seq_len_kv, &d.device).expect("lengths fit");
+                        options.with_mask(padding_mask(padding))
+                    }
+                };
+                if trial % 2 == 1 {
+                    options = options.with_bias(rng.tensor([1, n_heads, seq_len_q, seq_len_kv], &d.device));
+                }
+                if trial % 4 != 0 {
+                    let alignment = if trial % 4 == 1 { CausalAlignment::TopLeft } else { CausalAlignment::BottomRight };
+                    options = options.with_causal(alignment);
+                }
+                let run = |strategy| {
+                    let options = options.clone().with_strategy(strategy);
+                    try_scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &options)
+                        .expect("valid problem")
+                        .context
+                };
+                let what = format!("{} trial {trial}: native vs explicit, q {:?}, k {:?}", d.name, q.dims(), k.dims());
+                assert_tensors_close(run(Strategy::Native), run(Strategy::Explicit), ATOL, RTOL, &what);
+            }
+        });
+    }
+
+    #[test]
+    fn lse_is_the_log_sum_exp_of_the_scaled_biased_scores() {
+        for_each_device(|d| {
+            let mut rng = SeededRng::new(12);
+            let [q, k, v] = inputs(&mut rng, 1, &d.device);
+            let [batch, n_heads, seq_len_q, _] = q.dims();
+            let seq_len_kv = k.dims()[2];
+            let bias = rng.tensor([batch, 1, seq_len_q, seq_len_kv], &d.device);
+            let options = AttentionOptions::new().with_bias(bias.clone());
+            let out = native_attention(q.clone(), k.clone(), v, &options).expect("valid problem");
+            assert_eq!(out.lse.dims(), [batch, n_heads, seq_len_q]);
+
+            let scale = 1.0 / (q.dims()[3] as f64).sqrt();
+            let scores = scaled_scores(q, repeat_kv_heads(k, n_heads), scale) + bias; // [batch, n_heads, seq_len_q, seq_len_kv]
+            let max = scores.clone().max_dim(3); // [batch, n_heads, seq_len_q, 1]
+            let lse = ((scores - max.clone()).exp().sum_dim(3).log() + max).reshape([batch, n_heads, seq_len_q]);
+            assert_tensors_close(out.lse, lse, ATOL, RTOL, &format!("{}: lse", d.name));
+        });
+    }
+
+    #[test]
+    fn serves_the_host_memory_backends_only() {
+        for name in ["flex", "ndarray"] {
+            let device = device_for(name).expect("a backend name");
+            assert!(native_serves(&device), "{name}");
+            assert!(native_serves(&device.autodiff()), "{name} with autodiff");
+        }
+        let wgpu = device_for("wgpu").expect("a backend name");
+        assert!(!native_serves(&wgpu));
+    }
+
+    #[test]
+    fn refuses_weights_dropout_and_gradients() {
+        let device = Device::flex();
+        let t = |shape: [usize; 4], device: &Device| Tensor::<4>::ones(shape, device);
+        let cannot = |result: Result<NativeOutput, AttentionError>| match result {
+            Err(AttentionError::StrategyCannot { strategy: "native", what }) => what,
+            other => panic!("expected StrategyCannot from native, got {other:?}"),
+        };
+        let weights = AttentionOptions::new().with_need_weights(true);
+        let what = cannot(native_attention(t([1, 2, 3, 4], &device), t([1, 2, 5, 4], &device), t([1, 2, 5, 4], &device), &weights));
+        assert!(what.contains("weights"), "{what}");
+
+        let autodiff = device.autodiff();
+        let q = t([1, 2, 3, 4], &autodiff).require_grad();
+        let (k, v) = (t([1, 2, 5, 4], &autodiff), t([1, 2, 5, 4], &autodiff));
+        let dropout = AttentionOptions::new().with_dropout(0.5);
+        let what = cannot(native_attention(q.clone(), k.clone(), v.clone(), &dropout));
+        assert!(what.contains("dropout"), "{what}");
+        let what = cannot(native_attention(q.clone(), k.clone(), v.clone(), &AttentionOptions::new()));
+        assert!(what.contains("gradients"), "{what}");
+        let forced = AttentionOptions::new().with_strategy(Strategy::Native);
+        assert!(matches!(
+            try_scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &forced),
+            Err(AttentionError::StrategyCannot { strategy: "native", .. })
+        ));
+        // The automatic choice stays differentiable.
+        let out = try_scaled_dot_product_attention(q, k, v, &AttentionOptions::new()).expect("auto falls back");
+        assert!(out.context.is_tracked());
+    }
+}
