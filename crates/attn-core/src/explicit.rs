@@ -21,7 +21,7 @@ fn dropout(weights: Tensor<4>, p: f64) -> Tensor<4> {
         return weights;
     }
     let keep = Tensor::<4>::random(weights.shape(), Distribution::Bernoulli(1.0 - p), &weights.device());
-    weights * keep / (1.0 - p)
+    (weights * keep).div_scalar(1.0 - p)
 }
 
 /// Explicit attention: returns the context and the weights that produced it.

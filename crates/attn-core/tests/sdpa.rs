@@ -1,0 +1,441 @@
+//! Scaled dot-product attention against PyTorch's reference vectors, against finite
+//! differences, and against the properties the math promises, on every strategy and backend.
+
+use attn_core::{
+    AttentionError, AttentionOptions, CausalAlignment, Strategy, scaled_dot_product_attention,
+    try_scaled_dot_product_attention,
+};
+use attn_testing::{
+    ATOL, RTOL, RefTensor, SeededRng, TestDevice, assert_close, assert_close_slices,
+    assert_tensors_close, for_each_device, load_reference, to_vec,
+};
+use burn::tensor::{Bool, Device, Tensor};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct SdpaFile {
+    cases: Vec<SdpaCase>,
+}
+
+#[derive(Deserialize)]
+struct SdpaCase {
+    name: String,
+    q: RefTensor,
+    k: RefTensor,
+    v: RefTensor,
+    out: RefTensor,
+    weights: RefTensor,
+    masked: Option<RefTensor>,
+    bias: Option<RefTensor>,
+    causal: Option<String>,
+    scale: Option<f64>,
+    grad_out: Option<RefTensor>,
+    grad_q: Option<RefTensor>,
+    grad_k: Option<RefTensor>,
+    grad_v: Option<RefTensor>,
+}
+
+impl SdpaCase {
+    fn options(&self, device: &Device) -> AttentionOptions {
+        let mut options = AttentionOptions::new();
+        if let Some(m) = &self.masked {
+            options = options.with_mask(m.bool_tensor(device));
+        }
+        if let Some(b) = &self.bias {
+            options = options.with_bias(b.tensor(device));
+        }
+        if let Some(c) = &self.causal {
+            options = options.with_causal(match c.as_str() {
+                "top_left" => CausalAlignment::TopLeft,
+                "bottom_right" => CausalAlignment::BottomRight,
+                other => panic!("unknown causal alignment {other}"),
+            });
+        }
+        if let Some(s) = self.scale {
+            options = options.with_scale(s);
+        }
+        options
+    }
+}
+
+/// Every strategy, with a chunk small enough that the 7 reference keys span three blocks.
+const STRATEGIES: [Strategy; 5] =
+    [Strategy::Explicit, Strategy::Chunked { block: 3 }, Strategy::Fused, Strategy::Native, Strategy::Auto];
+
+#[test]
+fn every_reference_case_matches_pytorch_on_every_strategy() {
+    let file: SdpaFile = load_reference("sdpa.json");
+    assert!(file.cases.len() >= 8, "reference file lost cases");
+    for_each_device(|d| {
+        for case in &file.cases {
+            for strategy in STRATEGIES {
+                let what = format!("{} / {} / {}", d.name, case.name, strategy.name());
+                let options = case.options(&d.device).with_strategy(strategy);
+                let out = scaled_dot_product_attention(
+                    case.q.tensor(&d.device),
+                    case.k.tensor(&d.device),
+                    case.v.tensor(&d.device),
+                    &options,
+                );
+                assert_close(out.context, &case.out, ATOL, RTOL, &format!("{what}: context"));
+            }
+            let out = scaled_dot_product_attention(
+                case.q.tensor(&d.device),
+                case.k.tensor(&d.device),
+                case.v.tensor(&d.device),
+                &case.options(&d.device).with_need_weights(true),
+            );
+            let weights = out.weights.expect("weights were asked for");
+            assert_close(weights, &case.weights, ATOL, RTOL, &format!("{} / {}: weights", d.name, case.name));
+        }
+    });
+}
+
+/// Gradients of `sum(out * grad_out)` with respect to q, k and v.
+fn gradients(
+    d: &TestDevice,
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    grad_out: Tensor<4>,
+    options: &AttentionOptions,
+) -> [Tensor<4>; 3] {
+    let device = d.device.clone().autodiff();
+    let q = q.to_device(&device).require_grad();
+    let k = k.to_device(&device).require_grad();
+    let v = v.to_device(&device).require_grad();
+    let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), options);
+    let loss = (out.context * grad_out.to_device(&device)).sum();
+    let grads = loss.backward();
+    [&q, &k, &v].map(|t| t.grad(&grads).expect("input requires grad"))
+}
+
+#[test]
+fn reference_gradients_match_pytorch_on_every_strategy() {
+    let file: SdpaFile = load_reference("sdpa.json");
+    let with_grads: Vec<_> = file.cases.iter().filter(|c| c.grad_out.is_some()).collect();
+    assert_eq!(with_grads.len(), 3, "three reference cases carry gradients");
+    for_each_device(|d| {
+        for case in &with_grads {
+            // The native kernel has no backward pass: it refuses tracked inputs.
+            for strategy in STRATEGIES.into_iter().filter(|s| *s != Strategy::Native) {
+                let what = format!("{} / {} / {}", d.name, case.name, strategy.name());
+                let autodiff = d.device.clone().autodiff();
+                let options = case.options(&autodiff).with_strategy(strategy);
+                let grad_out = case.grad_out.as_ref().expect("filtered").tensor(&d.device);
+                let [gq, gk, gv] = gradients(
+                    d,
+                    case.q.tensor(&d.device),
+                    case.k.tensor(&d.device),
+                    case.v.tensor(&d.device),
+                    grad_out,
+                    &options,
+                );
+                let expected = [&case.grad_q, &case.grad_k, &case.grad_v];
+                for ((got, want), name) in [gq, gk, gv].into_iter().zip(expected).zip(["q", "k", "v"]) {
+                    let want = want.as_ref().expect("case carries gradients");
+                    assert_close(got, want, ATOL, RTOL, &format!("{what}: grad_{name}"));
+                    }
+            }
+        }
+    });
+}
+
+#[test]
+fn gradients_agree_with_finite_differences() {
+    // A tiny case with a mask, a bias and top-left causality; every element of q, k and v is
+    // nudged both ways and the change of L = sum(out * g) compared with the analytic gradient.
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(11);
+        let device = &d.device;
+        let q = rng.tensor([1, 2, 3, 2], device);
+        let k = rng.tensor([1, 2, 4, 2], device);
+        let v = rng.tensor([1, 2, 4, 3], device);
+        let g = rng.tensor([1, 2, 3, 3], device);
+        let bias = rng.tensor([1, 2, 3, 4], device);
+        let mask = Tensor::<4, Bool>::from_data(
+            burn::tensor::TensorData::new(vec![false, false, true, false], [1, 1, 1, 4]),
+            device,
+        );
+        for strategy in [Strategy::Explicit, Strategy::Chunked { block: 3 }] {
+            let options = |dev: &Device| {
+                AttentionOptions::new()
+                    .with_mask(mask.clone().to_device(dev))
+                    .with_bias(bias.clone().to_device(dev))
+                    .with_causal(CausalAlignment::TopLeft)
+                    .with_strategy(strategy)
+            };
+            let analytic = gradients(d, q.clone(), k.clone(), v.clone(), g.clone(), &options(&d.device.clone().autodiff()));
+            let loss = |q: Tensor<4>, k: Tensor<4>, v: Tensor<4>| -> f64 {
+                let out = scaled_dot_product_attention(q, k, v, &options(device)).context;
+                to_vec(out).iter().zip(to_vec(g.clone())).map(|(o, g)| f64::from(o * g)).sum()
+            };
+            let inputs = [q.clone(), k.clone(), v.clone()];
+            for (which, grad) in analytic.into_iter().enumerate() {
+                let base = to_vec(inputs[which].clone());
+                let shape = inputs[which].dims();
+                let eps = 1e-2f32;
+                let numeric: Vec<f32> = (0..base.len())
+                    .map(|i| {
+                        let nudged = |delta: f32| {
+                            let mut data = base.clone();
+                            data[i] += delta;
+                            let t = Tensor::<4>::from_data(burn::tensor::TensorData::new(data, shape), device);
+                            let mut args = inputs.clone();
+                            args[which] = t;
+                            let [q, k, v] = args;
+                            loss(q, k, v)
+                        };
+                        ((nudged(eps) - nudged(-eps)) / (2.0 * f64::from(eps))) as f32
+                    })
+                    .collect();
+                assert_close_slices(
+                    &to_vec(grad),
+                    &numeric,
+                    2e-3,
+                    1e-2,
+                    &format!("{} / {}: d L / d {}", d.name, strategy.name(), ["q", "k", "v"][which]),
+                );
+            }
+        }
+    });
+}
+
+/// A random attention problem: shapes, grouped-query heads, mask, bias and causality all drawn
+/// from the seed.
+struct Problem {
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    options: AttentionOptions,
+    mask: Option<Tensor<4, Bool>>,
+}
+
+fn random_problem(rng: &mut SeededRng, device: &Device) -> Problem {
+    let batch = rng.range(1, 3);
+    let n_kv_heads = rng.range(1, 2);
+    let n_heads = n_kv_heads * rng.range(1, 3);
+    let seq_len_q = rng.range(1, 9);
+    let seq_len_kv = rng.range(1, 11);
+    let d_head = rng.range(1, 6);
+    let d_value = rng.range(1, 5);
+    let q = rng.tensor([batch, n_heads, seq_len_q, d_head], device).mul_scalar(3.0);
+    let k = rng.tensor([batch, n_kv_heads, seq_len_kv, d_head], device).mul_scalar(3.0);
+    let v = rng.tensor([batch, n_kv_heads, seq_len_kv, d_value], device);
+    let mut options = AttentionOptions::new();
+    let mut mask = None;
+    if rng.bernoulli(0.6) {
+        // Sometimes a full mask, sometimes one that broadcasts over heads and queries.
+        let m = if rng.bernoulli(0.5) {
+            rng.bool_tensor([batch, n_heads, seq_len_q, seq_len_kv], 0.4, device)
+        } else {
+            rng.bool_tensor([batch, 1, 1, seq_len_kv], 0.3, device)
+        };
+        mask = Some(m.clone());
+        options = options.with_mask(m);
+    }
+    if rng.bernoulli(0.4) {
+        options = options.with_bias(rng.tensor([1, n_heads, seq_len_q, seq_len_kv], device));
+    }
+    if rng.bernoulli(0.5) {
+        options = options.with_causal(if rng.bernoulli(0.5) {
+            CausalAlignment::TopLeft
+        } else {
+            CausalAlignment::BottomRight
+        });
+    }
+    if rng.bernoulli(0.3) {
+        options = options.with_scale(0.1 + f64::from(rng.unit().abs()));
+    }
+    Problem { q, k, v, options, mask }
+}
+
+#[test]
+fn chunked_fused_and_auto_equal_explicit_on_random_problems() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(2024);
+        for trial in 0..25 {
+            let p = random_problem(&mut rng, &d.device);
+            let run = |strategy| {
+                scaled_dot_product_attention(
+                    p.q.clone(),
+                    p.k.clone(),
+                    p.v.clone(),
+                    &p.options.clone().with_strategy(strategy),
+                )
+                .context
+            };
+            let explicit = run(Strategy::Explicit);
+            let block = rng.range(1, 4);
+            for strategy in [Strategy::Chunked { block }, Strategy::Fused, Strategy::Native, Strategy::Auto] {
+                assert_tensors_close(
+                    run(strategy),
+                    explicit.clone(),
+                    ATOL,
+                    RTOL,
+                    &format!("{} trial {trial}: {} vs explicit", d.name, strategy.name()),
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn weight_rows_sum_to_one_and_masked_keys_get_exactly_zero() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(99);
+        for trial in 0..20 {
+            let p = random_problem(&mut rng, &d.device);
+            let options = p.options.clone().with_causal(CausalAlignment::TopLeft).with_need_weights(true);
+            let weights = scaled_dot_product_attention(p.q, p.k, p.v, &options)
+                .weights
+                .expect("weights were asked for");
+            let [batch, n_heads, seq_len_q, seq_len_kv] = weights.dims();
+            let w = to_vec(weights);
+            let masked: Vec<bool> = match &p.mask {
+                Some(m) => m
+                    .clone()
+                    .expand([batch, n_heads, seq_len_q, seq_len_kv])
+                    .into_data()
+                    .to_vec::<bool>()
+                    .expect("bool data"),
+                None => vec![false; w.len()],
+            };
+            for (row_index, row) in w.chunks(seq_len_kv).enumerate() {
+                let i = row_index % seq_len_q;
+                let hidden = |j: usize| masked[row_index * seq_len_kv + j] || j > i;
+                let open = (0..seq_len_kv).filter(|&j| !hidden(j)).count();
+                for (j, &wij) in row.iter().enumerate() {
+                    if hidden(j) {
+                        assert_eq!(wij, 0.0, "{} trial {trial}: masked key {j} of row {row_index} got {wij}", d.name);
+                    }
+                }
+                let sum: f32 = row.iter().sum();
+                let want = if open == 0 { 0.0 } else { 1.0 };
+                assert!((sum - want).abs() < 1e-5, "{} trial {trial}: row {row_index} sums to {sum}, expected {want}", d.name);
+            }
+        }
+    });
+}
+
+#[test]
+fn chunked_gradients_equal_explicit_gradients_on_random_problems() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(7);
+        for trial in 0..8 {
+            let p = random_problem(&mut rng, &d.device);
+            let [_, n_heads, seq_len_q, _] = p.q.dims();
+            let d_value = p.v.dims()[3];
+            let g = rng.tensor([p.q.dims()[0], n_heads, seq_len_q, d_value], &d.device);
+            let autodiff = d.device.clone().autodiff();
+            let reattach = |o: &AttentionOptions, s| {
+                let mut o = o.clone().with_strategy(s);
+                o.mask = o.mask.map(|m| m.to_device(&autodiff));
+                o.bias = o.bias.map(|b| b.to_device(&autodiff));
+                o
+            };
+            let explicit = gradients(d, p.q.clone(), p.k.clone(), p.v.clone(), g.clone(), &reattach(&p.options, Strategy::Explicit));
+            let chunked = gradients(d, p.q, p.k, p.v, g, &reattach(&p.options, Strategy::Chunked { block: 2 }));
+            for ((c, e), name) in chunked.into_iter().zip(explicit).zip(["q", "k", "v"]) {
+                assert_tensors_close(c, e, ATOL, RTOL, &format!("{} trial {trial}: grad_{name}", d.name));
+            }
+        }
+    });
+}
+
+#[test]
+fn fully_masked_rows_have_zero_output_and_finite_gradients() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(5);
+        let q = rng.tensor([2, 3, 5, 4], &d.device);
+        let k = rng.tensor([2, 3, 7, 4], &d.device);
+        let v = rng.tensor([2, 3, 7, 6], &d.device);
+        let g = rng.tensor([2, 3, 5, 6], &d.device);
+        let everything = Tensor::<4, Bool>::full([2, 3, 5, 7], true, &d.device);
+        for strategy in [Strategy::Explicit, Strategy::Chunked { block: 2 }, Strategy::Fused] {
+            let options = AttentionOptions::new().with_mask(everything.clone()).with_strategy(strategy);
+            let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &options);
+            assert!(to_vec(out.context).iter().all(|&x| x == 0.0), "{} / {}", d.name, strategy.name());
+            let autodiff = d.device.clone().autodiff();
+            let options = AttentionOptions::new().with_mask(everything.clone().to_device(&autodiff)).with_strategy(strategy);
+            for grad in gradients(d, q.clone(), k.clone(), v.clone(), g.clone(), &options) {
+                assert!(to_vec(grad).iter().all(|x| x.is_finite() && *x == 0.0), "{} / {}: gradient", d.name, strategy.name());
+            }
+        }
+    });
+}
+
+#[test]
+fn scores_in_the_thousands_stay_finite() {
+    for_each_device(|d| {
+        let q = Tensor::<4>::from_floats([[[[100.0, -100.0], [-100.0, 100.0]]]], &d.device);
+        let k = Tensor::<4>::from_floats([[[[100.0, -100.0], [-100.0, 100.0], [50.0, 50.0]]]], &d.device);
+        let v = Tensor::<4>::from_floats([[[[1.0], [2.0], [3.0]]]], &d.device);
+        for strategy in [Strategy::Explicit, Strategy::Chunked { block: 2 }, Strategy::Fused, Strategy::Native] {
+            let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &AttentionOptions::new().with_strategy(strategy));
+            // scores are ±14142 and 0: each query picks its own key.
+            assert_close_slices(&to_vec(out.context), &[1.0, 2.0], 1e-5, 0.0, strategy.name());
+        }
+    });
+}
+
+#[test]
+fn dropout_zeroes_and_rescales_weights_only_when_training() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(8);
+        let q = rng.tensor([2, 2, 16, 4], &d.device);
+        let k = rng.tensor([2, 2, 16, 4], &d.device);
+        let v = rng.tensor([2, 2, 16, 4], &d.device);
+        let plain = AttentionOptions::new().with_need_weights(true);
+        let dropped = plain.clone().with_dropout(0.5);
+
+        // Inference: dropout is ignored.
+        let a = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &plain).weights.expect("weights");
+        let b = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &dropped).weights.expect("weights");
+        assert_tensors_close(b, a.clone(), 0.0, 0.0, "dropout in inference");
+
+        // Training: about half the weights vanish, the others double.
+        let autodiff = d.device.clone().autodiff();
+        d.device.seed(3);
+        let (q, k, v) = (q.to_device(&autodiff), k.to_device(&autodiff), v.to_device(&autodiff));
+        let t = scaled_dot_product_attention(q, k, v, &dropped).weights.expect("weights");
+        let (t, a) = (to_vec(t), to_vec(a));
+        let zeros = t.iter().filter(|&&x| x == 0.0).count();
+        let fraction = zeros as f64 / t.len() as f64;
+        assert!((0.4..0.6).contains(&fraction), "{}: dropped fraction {fraction}", d.name);
+        for (x, y) in t.iter().zip(&a) {
+            assert!(*x == 0.0 || (x - 2.0 * y).abs() < 1e-5, "{}: kept weight {x} is not 2 × {y}", d.name);
+        }
+    });
+}
+
+#[test]
+fn shapes_that_cannot_work_are_errors_naming_the_numbers() {
+    let device = Device::flex();
+    let t = |shape: [usize; 4]| Tensor::<4>::zeros(shape, &device);
+    let err = |q, k, v, o: &AttentionOptions| {
+        try_scaled_dot_product_attention(q, k, v, o).expect_err("shapes cannot work")
+    };
+    let plain = AttentionOptions::new();
+    assert_eq!(
+        err(t([1, 2, 3, 4]), t([1, 2, 5, 6]), t([1, 2, 5, 6]), &plain),
+        AttentionError::HeadDimMismatch { d_head_q: 4, d_head_k: 6 }
+    );
+    assert_eq!(
+        err(t([1, 4, 3, 4]), t([1, 3, 5, 4]), t([1, 3, 5, 4]), &plain),
+        AttentionError::KvHeadsDoNotDivide { n_heads: 4, n_kv_heads: 3 }
+    );
+    let bad_mask = plain.clone().with_mask(Tensor::<4, Bool>::full([1, 1, 2, 5], false, &device));
+    let e = err(t([1, 2, 3, 4]), t([1, 2, 5, 4]), t([1, 2, 5, 4]), &bad_mask);
+    assert_eq!(e, AttentionError::DoesNotBroadcast { what: "mask", got: [1, 1, 2, 5], expected: [1, 2, 3, 5] });
+    assert!(e.to_string().contains("[1, 1, 2, 5]"), "{e}");
+    let fused_weights = plain.clone().with_strategy(Strategy::Fused).with_need_weights(true);
+    assert!(matches!(
+        err(t([1, 2, 3, 4]), t([1, 2, 5, 4]), t([1, 2, 5, 4]), &fused_weights),
+        AttentionError::StrategyCannot { strategy: "fused", .. }
+    ));
+    assert_eq!(
+        err(t([1, 2, 3, 4]), t([1, 2, 5, 4]), t([1, 2, 5, 4]), &plain.clone().with_dropout(1.0)),
+        AttentionError::InvalidDropout { dropout: 1.0 }
+    );
+}

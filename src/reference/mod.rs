@@ -1,0 +1,155 @@
+//! Checks the implementation against reference vectors: JSON files of the form
+//! `{"cases": [{"name": .., "<tensor>": {"shape": [..], "data": [..]}, ..}]}` made by an
+//! independent implementation (PyTorch for the files shipped in `crates/attn-testing/data`).
+//!
+//! Every case found is run on every device given and, for attention, every strategy; each run
+//! yields one [`CaseReport`]. Shapes and values come from the files, so files made with other
+//! shapes or seeds are checked the same way.
+
+mod sdpa;
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use burn::tensor::{Bool, Device, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+/// Absolute tolerance against float32 references.
+pub const ATOL: f32 = 1e-5;
+/// Relative tolerance against float32 references.
+pub const RTOL: f32 = 1e-4;
+
+/// The outcome of one case on one backend with one strategy.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CaseReport {
+    /// The file the case came from.
+    pub file: String,
+    /// The case's name.
+    pub case: String,
+    /// The backend it ran on.
+    pub backend: String,
+    /// The computation path (an attention strategy, or `module` for layers).
+    pub strategy: String,
+    /// The largest absolute difference over every compared tensor.
+    pub max_abs_err: f32,
+    /// Whether every compared value was within `ATOL + RTOL · |expected|`.
+    pub pass: bool,
+}
+
+/// A tensor as stored in the files: shape and row-major float32 data.
+#[derive(Clone, Debug, Deserialize)]
+pub struct RefTensor {
+    /// Dimensions, outermost first.
+    pub shape: Vec<usize>,
+    /// Values, row-major.
+    pub data: Vec<f32>,
+}
+
+impl RefTensor {
+    /// The tensor on `device`, checking its rank.
+    pub fn tensor<const D: usize>(&self, device: &Device) -> Result<Tensor<D>> {
+        self.check(D)?;
+        Ok(Tensor::from_data(TensorData::new(self.data.clone(), self.shape.clone()), device))
+    }
+
+    /// The tensor as booleans (`value != 0`) on `device`.
+    pub fn bool_tensor<const D: usize>(&self, device: &Device) -> Result<Tensor<D, Bool>> {
+        self.check(D)?;
+        let data: Vec<bool> = self.data.iter().map(|&x| x != 0.0).collect();
+        Ok(Tensor::from_data(TensorData::new(data, self.shape.clone()), device))
+    }
+
+    fn check(&self, rank: usize) -> Result<()> {
+        anyhow::ensure!(
+            self.shape.len() == rank,
+            "expected a rank-{rank} tensor, got shape {:?}",
+            self.shape
+        );
+        let n: usize = self.shape.iter().product();
+        anyhow::ensure!(
+            n == self.data.len(),
+            "shape {:?} needs {n} values, the file has {}",
+            self.shape,
+            self.data.len()
+        );
+        Ok(())
+    }
+}
+
+/// Running comparison of computed tensors with expected ones.
+#[derive(Clone, Debug)]
+pub struct Comparison {
+    max_abs_err: f32,
+    pass: bool,
+}
+
+impl Default for Comparison {
+    fn default() -> Self {
+        Self { max_abs_err: 0.0, pass: true }
+    }
+}
+
+impl Comparison {
+    /// Compares `actual` with `expected`; a shape mismatch fails with an infinite error.
+    pub fn add<const D: usize>(&mut self, actual: Tensor<D>, expected: &RefTensor) -> Result<()> {
+        if actual.dims().as_slice() != expected.shape.as_slice() {
+            self.max_abs_err = f32::INFINITY;
+            self.pass = false;
+            return Ok(());
+        }
+        let actual = actual
+            .into_data()
+            .convert::<f32>()
+            .to_vec::<f32>()
+            .map_err(|e| anyhow::anyhow!("reading a result back: {e:?}"))?;
+        for (a, e) in actual.iter().zip(&expected.data) {
+            let d = (a - e).abs();
+            let d = if d.is_nan() { f32::INFINITY } else { d };
+            self.max_abs_err = self.max_abs_err.max(d);
+            self.pass &= d <= ATOL + RTOL * e.abs();
+        }
+        Ok(())
+    }
+
+    /// The report line for this comparison.
+    pub fn report(self, file: &str, case: &str, backend: &str, strategy: &str) -> CaseReport {
+        CaseReport {
+            file: file.to_string(),
+            case: case.to_string(),
+            backend: backend.to_string(),
+            strategy: strategy.to_string(),
+            max_abs_err: self.max_abs_err,
+            pass: self.pass,
+        }
+    }
+}
+
+/// The reference files this checker understands, with the function that runs each.
+type Checker = fn(&str, &[(String, Device)]) -> Result<Vec<CaseReport>>;
+const FILES: [(&str, Checker); 1] = [("sdpa.json", sdpa::check)];
+
+/// Runs every known reference file present in `dir` on every device.
+///
+/// # Errors
+/// When `dir` holds none of the known files, or a file cannot be read or parsed.
+pub fn check_dir(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
+    let mut reports = Vec::new();
+    let mut found = 0;
+    for (name, check) in FILES {
+        let path = dir.join(name);
+        if !path.exists() {
+            continue;
+        }
+        found += 1;
+        let text =
+            std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        reports.extend(check(&text, devices).with_context(|| format!("checking {}", path.display()))?);
+    }
+    anyhow::ensure!(
+        found > 0,
+        "{} holds none of the reference files {:?}",
+        dir.display(),
+        FILES.map(|(n, _)| n)
+    );
+    Ok(reports)
+}

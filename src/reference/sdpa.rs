@@ -1,0 +1,105 @@
+//! `sdpa.json`: scaled dot-product attention cases, checked on every strategy, with weights
+//! (explicit strategy) and gradients where the case carries them.
+
+use anyhow::{Result, bail};
+use attn_core::{AttentionOptions, CausalAlignment, Strategy, try_scaled_dot_product_attention};
+use burn::tensor::Device;
+use serde::Deserialize;
+
+use super::{CaseReport, Comparison, RefTensor};
+
+#[derive(Deserialize)]
+struct File {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    name: String,
+    q: RefTensor,
+    k: RefTensor,
+    v: RefTensor,
+    out: RefTensor,
+    weights: Option<RefTensor>,
+    masked: Option<RefTensor>,
+    bias: Option<RefTensor>,
+    causal: Option<String>,
+    scale: Option<f64>,
+    grad_out: Option<RefTensor>,
+    grad_q: Option<RefTensor>,
+    grad_k: Option<RefTensor>,
+    grad_v: Option<RefTensor>,
+}
+
+const STRATEGIES: [Strategy; 4] =
+    [Strategy::Explicit, Strategy::Chunked { block: 64 }, Strategy::Fused, Strategy::Auto];
+
+pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
+    let file: File = serde_json::from_str(text)?;
+    let mut reports = Vec::new();
+    for case in &file.cases {
+        for (backend, device) in devices {
+            for strategy in STRATEGIES {
+                let comparison = run(case, device, strategy)?;
+                reports.push(comparison.report("sdpa.json", &case.name, backend, strategy.name()));
+            }
+        }
+    }
+    Ok(reports)
+}
+
+fn options(case: &Case, device: &Device, strategy: Strategy) -> Result<AttentionOptions> {
+    let mut options = AttentionOptions::new().with_strategy(strategy);
+    if let Some(m) = &case.masked {
+        options = options.with_mask(m.bool_tensor(device)?);
+    }
+    if let Some(b) = &case.bias {
+        options = options.with_bias(b.tensor(device)?);
+    }
+    if let Some(c) = &case.causal {
+        options = options.with_causal(match c.as_str() {
+            "top_left" => CausalAlignment::TopLeft,
+            "bottom_right" => CausalAlignment::BottomRight,
+            other => bail!("case {}: unknown causal alignment {other:?}", case.name),
+        });
+    }
+    if let Some(s) = case.scale {
+        options = options.with_scale(s);
+    }
+    Ok(options)
+}
+
+fn run(case: &Case, device: &Device, strategy: Strategy) -> Result<Comparison> {
+    let mut comparison = Comparison::default();
+    let wants_weights = strategy == Strategy::Explicit && case.weights.is_some();
+    let opts = options(case, device, strategy)?.with_need_weights(wants_weights);
+    let out = try_scaled_dot_product_attention(
+        case.q.tensor(device)?,
+        case.k.tensor(device)?,
+        case.v.tensor(device)?,
+        &opts,
+    )?;
+    comparison.add(out.context, &case.out)?;
+    if let (Some(weights), Some(expected)) = (out.weights, &case.weights) {
+        comparison.add(weights, expected)?;
+    }
+
+    if let (Some(grad_out), Some(gq), Some(gk), Some(gv)) =
+        (&case.grad_out, &case.grad_q, &case.grad_k, &case.grad_v)
+    {
+        let autodiff = device.clone().autodiff();
+        let q = case.q.tensor::<4>(&autodiff)?.require_grad();
+        let k = case.k.tensor::<4>(&autodiff)?.require_grad();
+        let v = case.v.tensor::<4>(&autodiff)?.require_grad();
+        let opts = options(case, &autodiff, strategy)?;
+        let out = try_scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &opts)?;
+        let grads = (out.context * grad_out.tensor::<4>(&autodiff)?).sum().backward();
+        for (input, expected) in [(&q, gq), (&k, gk), (&v, gv)] {
+            match input.grad(&grads) {
+                Some(grad) => comparison.add(grad, expected)?,
+                None => bail!("case {}: no gradient reached an input", case.name),
+            }
+        }
+    }
+    Ok(comparison)
+}
