@@ -1,1 +1,49 @@
-//! placeholder
+//! Transformer modules on burn: multi-head attention, the feed-forward network, encoder blocks
+//! and stacks, and the token classifier the training crate uses, each as
+//! `XConfig` → `validate()` → `init(&device)` → `X` → `forward`.
+//!
+//! Attention itself is `attn-core`'s (any [`Strategy`](attn_core::Strategy)); positions are
+//! `attn-pos`'s ([`PositionalScheme`]). This crate never picks a backend: every module lives on
+//! the [`Device`](burn::tensor::Device) its `init` is given.
+//!
+//! Configuration mistakes (heads that do not divide `d_model`, dropout outside `[0, 1)`, ...)
+//! are [`ModelError`]s returned by `validate()` and `init` before any tensor is made; inputs
+//! that arrive at run time (token ids, lengths, mask shapes, PyTorch files) are checked by the
+//! `try_forward` methods, and `forward` panics with the same message.
+//!
+//! Deviations from Vaswani et al. (2017), each stated where it happens: pre-norm as an option
+//! ([`NormPlacement`]), GELU as an option ([`Activation`]), dropout also on attention weights
+//! and feed-forward hidden units (PyTorch's placement), LayerNorm epsilon `1e-5`, and masked
+//! scores filled with `−∞` by `attn-core`, whose fully masked rows give zeros rather than NaN.
+//!
+//! ```
+//! use attn_model::{EncoderBlockConfig, NormPlacement};
+//! use burn::tensor::{Device, Tensor};
+//!
+//! let device = Device::flex();
+//! let block = EncoderBlockConfig::new(12, 3, 24)
+//!     .with_norm(NormPlacement::Pre)
+//!     .init(&device)
+//!     .unwrap();
+//! let x = Tensor::<3>::ones([2, 5, 12], &device);
+//! let (y, weights) = block.forward_with_weights(x, None).unwrap();
+//! assert_eq!(y.dims(), [2, 5, 12]);
+//! // Identical tokens: every key gets weight 1/5.
+//! let w = weights.into_data().try_into_vec_as::<f32>().unwrap();
+//! assert!(w.iter().all(|w| (w - 0.2).abs() < 1e-6));
+//! ```
+
+mod attention;
+mod encoder;
+mod error;
+mod feed_forward;
+pub mod pytorch;
+mod token_encoder;
+
+pub use attention::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig, NeedWeights};
+pub use attn_pos::{AlibiForm, PositionalScheme, RotaryPairing};
+pub use encoder::{Encoder, EncoderBlock, EncoderBlockConfig, EncoderConfig, NormPlacement};
+pub use error::ModelError;
+pub use feed_forward::{Activation, FeedForward, FeedForwardConfig};
+pub use pytorch::{StateDict, TorchEncoderLayer, TorchLayerNorm, TorchLinear, TorchMultiheadAttention};
+pub use token_encoder::{TokenEncoder, TokenEncoderConfig};

@@ -1,0 +1,214 @@
+//! The error every fallible function of this crate returns: configurations that cannot work,
+//! inputs that arrive at run time with the wrong shape or ids, and PyTorch weights that do not
+//! fit. Each variant names the numbers involved.
+
+use attn_core::AttentionError;
+use attn_pos::PosError;
+use thiserror::Error;
+
+/// Why a module cannot be built, run, or loaded.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// Attention was configured with no heads.
+    #[error("n_heads is 0: attention needs at least one head")]
+    ZeroHeads,
+    /// `d_model` cannot be cut into `n_heads` equal heads.
+    #[error("d_model ({d_model}) is not divisible by n_heads ({n_heads})")]
+    HeadsDoNotDivide {
+        /// Model width.
+        d_model: usize,
+        /// Number of query heads.
+        n_heads: usize,
+    },
+    /// Grouped-query attention needs every key/value head to serve the same number of query heads.
+    #[error("n_kv_heads ({n_kv_heads}) must be non-zero and divide n_heads ({n_heads})")]
+    KvHeadsDoNotDivide {
+        /// Number of query heads.
+        n_heads: usize,
+        /// Number of key/value heads.
+        n_kv_heads: usize,
+    },
+    /// A dropout probability outside `[0, 1)` (or NaN).
+    #[error("dropout must be in [0, 1), got {dropout}")]
+    InvalidDropout {
+        /// The probability given.
+        dropout: f64,
+    },
+    /// A size that must be at least one is zero.
+    #[error("{what} is 0; it must be at least 1")]
+    ZeroSize {
+        /// Which size (`"d_model"`, `"d_ff"`, `"vocab"`, ...).
+        what: &'static str,
+    },
+    /// A LayerNorm epsilon that is zero, negative or not finite.
+    #[error("LayerNorm epsilon must be finite and positive, got {epsilon}")]
+    InvalidEpsilon {
+        /// The epsilon given.
+        epsilon: f64,
+    },
+    /// A positional scheme that adds to the embeddings was given to a module that can only
+    /// apply schemes inside attention (rotary, ALiBi).
+    #[error(
+        "the {scheme} positional scheme is added to the token embeddings, not applied inside \
+         attention; configure it on TokenEncoderConfig, or use Rotary or Alibi here"
+    )]
+    SchemeNotInAttention {
+        /// `"sinusoidal"` or `"learned"`.
+        scheme: &'static str,
+    },
+    /// An input whose last dimension is not the width the module was built for.
+    #[error("{what} has width {got}, but the module expects {expected}")]
+    WidthMismatch {
+        /// Which input.
+        what: &'static str,
+        /// The width the module was built for.
+        expected: usize,
+        /// The width given.
+        got: usize,
+    },
+    /// A mask or input whose shape does not match the others.
+    #[error("{what} has shape {got:?}, expected {expected:?}")]
+    ShapeMismatch {
+        /// Which input.
+        what: &'static str,
+        /// The shape implied by the other inputs.
+        expected: Vec<usize>,
+        /// The shape given.
+        got: Vec<usize>,
+    },
+    /// A token id outside `0..vocab`.
+    #[error(
+        "token {token} at batch index {batch_index}, position {position} is outside the \
+         vocabulary 0..{vocab}"
+    )]
+    TokenOutOfRange {
+        /// The id given.
+        token: i64,
+        /// Vocabulary size.
+        vocab: usize,
+        /// Which sequence of the batch.
+        batch_index: usize,
+        /// Which position of that sequence.
+        position: usize,
+    },
+    /// A sequence longer than the model accepts.
+    #[error("sequence of length {seq_len} is longer than max_len {max_len}")]
+    SequenceTooLong {
+        /// The length given.
+        seq_len: usize,
+        /// The longest length accepted.
+        max_len: usize,
+    },
+    /// Attention itself refused the shapes or options.
+    #[error("attention: {0}")]
+    Attention(#[from] AttentionError),
+    /// A positional scheme refused its settings or input.
+    #[error("positional encoding: {0}")]
+    Positional(#[from] PosError),
+    /// A safetensors buffer that cannot be parsed (truncated, corrupt, not safetensors).
+    #[error("cannot read the safetensors state dict: {reason}")]
+    Load {
+        /// What the parser said.
+        reason: String,
+    },
+    /// A tensor the module needs is not in the state dict.
+    #[error("tensor `{name}` is missing from the state dict")]
+    MissingTensor {
+        /// PyTorch's name for it, prefix included.
+        name: String,
+    },
+    /// A tensor in the state dict has no place in the module (e.g. a bias that is switched off).
+    #[error("tensor `{name}` has no place in the module (is its bias switched off?)")]
+    UnexpectedTensor {
+        /// PyTorch's name for it.
+        name: String,
+    },
+    /// A tensor whose shape is not the one the module needs.
+    #[error("tensor `{name}` has shape {got:?}, but the module needs {expected:?} (PyTorch layout)")]
+    TensorShape {
+        /// PyTorch's name for it.
+        name: String,
+        /// The shape the module needs, in PyTorch's layout.
+        expected: Vec<usize>,
+        /// The shape found.
+        got: Vec<usize>,
+    },
+    /// A tensor stored in a dtype this loader does not read.
+    #[error("tensor `{name}` is stored as {dtype}; only F32 and F64 are read")]
+    TensorDtype {
+        /// PyTorch's name for it.
+        name: String,
+        /// The dtype found.
+        dtype: String,
+    },
+}
+
+/// Checks that a dropout probability lies in `[0, 1)`.
+pub(crate) fn check_dropout(dropout: f64) -> Result<(), ModelError> {
+    if (0.0..1.0).contains(&dropout) {
+        Ok(())
+    } else {
+        Err(ModelError::InvalidDropout { dropout })
+    }
+}
+
+/// Checks that `size` is not zero.
+pub(crate) fn check_nonzero(what: &'static str, size: usize) -> Result<(), ModelError> {
+    if size == 0 { Err(ModelError::ZeroSize { what }) } else { Ok(()) }
+}
+
+/// Checks that `d_model` splits into `n_heads` heads of equal, non-zero width.
+pub(crate) fn check_heads(d_model: usize, n_heads: usize) -> Result<(), ModelError> {
+    check_nonzero("d_model", d_model)?;
+    if n_heads == 0 {
+        return Err(ModelError::ZeroHeads);
+    }
+    if !d_model.is_multiple_of(n_heads) {
+        return Err(ModelError::HeadsDoNotDivide { d_model, n_heads });
+    }
+    Ok(())
+}
+
+/// Checks that a LayerNorm epsilon is finite and positive.
+pub(crate) fn check_epsilon(epsilon: f64) -> Result<(), ModelError> {
+    if epsilon.is_finite() && epsilon > 0.0 {
+        Ok(())
+    } else {
+        Err(ModelError::InvalidEpsilon { epsilon })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropout_outside_the_unit_interval_is_rejected_with_its_value() {
+        for bad in [-0.1, 1.0, 1.5, f64::NAN] {
+            let err = check_dropout(bad).expect_err("invalid dropout");
+            assert!(matches!(err, ModelError::InvalidDropout { .. }), "{bad}: {err}");
+        }
+        for good in [0.0, 0.1, 0.999] {
+            check_dropout(good).expect("valid dropout");
+        }
+        assert_eq!(check_dropout(1.5).expect_err("1.5").to_string(), "dropout must be in [0, 1), got 1.5");
+    }
+
+    #[test]
+    fn heads_must_be_nonzero_and_divide_the_width() {
+        assert!(matches!(check_heads(12, 0), Err(ModelError::ZeroHeads)));
+        assert!(matches!(check_heads(0, 3), Err(ModelError::ZeroSize { what: "d_model" })));
+        let err = check_heads(10, 3).expect_err("10 / 3");
+        assert!(matches!(err, ModelError::HeadsDoNotDivide { d_model: 10, n_heads: 3 }));
+        assert_eq!(err.to_string(), "d_model (10) is not divisible by n_heads (3)");
+        check_heads(12, 3).expect("12 / 3");
+    }
+
+    #[test]
+    fn epsilon_must_be_positive_and_finite() {
+        for bad in [0.0, -1e-5, f64::INFINITY, f64::NAN] {
+            assert!(matches!(check_epsilon(bad), Err(ModelError::InvalidEpsilon { .. })), "{bad}");
+        }
+        check_epsilon(1e-5).expect("1e-5");
+    }
+}
