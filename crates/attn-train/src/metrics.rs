@@ -1,0 +1,229 @@
+//! What a run measures and writes down: loss, token accuracy and sequence accuracy on the
+//! held-out set, one row per evaluation in `metrics.csv`.
+//!
+//! Token accuracy counts scored positions predicted right; sequence accuracy counts sequences
+//! whose every scored position is right. Positions of the ignored class (the `context` task's
+//! filler words) count in neither.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::TrainError;
+use crate::tasks::Batch;
+
+/// Running totals over evaluation batches.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Counts {
+    /// Sum over scored positions of the cross-entropy loss.
+    pub loss_sum: f64,
+    /// Scored positions seen.
+    pub tokens: usize,
+    /// Scored positions predicted right.
+    pub correct_tokens: usize,
+    /// Sequences seen.
+    pub sequences: usize,
+    /// Sequences with every scored position right.
+    pub correct_sequences: usize,
+}
+
+/// Loss and accuracies of one evaluation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvalMetrics {
+    /// Mean cross-entropy per scored position.
+    pub loss: f64,
+    /// Fraction of scored positions right.
+    pub token_accuracy: f64,
+    /// Fraction of sequences entirely right.
+    pub sequence_accuracy: f64,
+}
+
+impl Counts {
+    /// Compares `predictions` (`[batch, seq_len]` row-major class ids) with `batch`'s targets.
+    /// `mean_loss` is the batch's mean loss per scored position.
+    pub fn score(predictions: &[i64], batch: &Batch, mean_loss: f64, ignored: Option<usize>) -> Self {
+        let scored = |target: i64| ignored.is_none_or(|i| target != i as i64);
+        let mut counts = Counts { sequences: batch.batch, ..Counts::default() };
+        for (pred_row, target_row) in predictions
+            .chunks(batch.seq_len)
+            .zip(batch.targets.chunks(batch.seq_len))
+        {
+            let mut all_right = true;
+            for (&p, &t) in pred_row.iter().zip(target_row).filter(|&(_, &t)| scored(t)) {
+                counts.tokens += 1;
+                if p == t {
+                    counts.correct_tokens += 1;
+                } else {
+                    all_right = false;
+                }
+            }
+            counts.correct_sequences += usize::from(all_right);
+        }
+        counts.loss_sum = mean_loss * counts.tokens as f64;
+        counts
+    }
+
+    /// Adds another batch's totals.
+    pub fn add(&mut self, other: Counts) {
+        self.loss_sum += other.loss_sum;
+        self.tokens += other.tokens;
+        self.correct_tokens += other.correct_tokens;
+        self.sequences += other.sequences;
+        self.correct_sequences += other.correct_sequences;
+    }
+
+    /// The means.
+    pub fn metrics(&self) -> EvalMetrics {
+        let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        EvalMetrics {
+            loss: if self.tokens == 0 { 0.0 } else { self.loss_sum / self.tokens as f64 },
+            token_accuracy: ratio(self.correct_tokens, self.tokens),
+            sequence_accuracy: ratio(self.correct_sequences, self.sequences),
+        }
+    }
+}
+
+/// One line of `metrics.csv`: the state of the run at an evaluation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MetricsRow {
+    /// Updates done.
+    pub step: usize,
+    /// Learning rate of the last update.
+    pub lr: f64,
+    /// Mean training loss since the previous row.
+    pub train_loss: f64,
+    /// Held-out loss.
+    pub eval_loss: f64,
+    /// Held-out token accuracy.
+    pub eval_token_accuracy: f64,
+    /// Held-out sequence accuracy.
+    pub eval_sequence_accuracy: f64,
+    /// Seconds of training so far (excluding evaluation and writing files).
+    pub wall_seconds: f64,
+}
+
+impl MetricsRow {
+    /// The held-out metrics of this row.
+    pub fn eval(&self) -> EvalMetrics {
+        EvalMetrics {
+            loss: self.eval_loss,
+            token_accuracy: self.eval_token_accuracy,
+            sequence_accuracy: self.eval_sequence_accuracy,
+        }
+    }
+}
+
+/// Every row of a run, in step order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MetricsLog {
+    /// The rows.
+    pub rows: Vec<MetricsRow>,
+}
+
+impl MetricsLog {
+    /// Reads `metrics.csv`.
+    ///
+    /// # Errors
+    ///
+    /// [`TrainError::Io`] when the file cannot be read, [`TrainError::CorruptCheckpoint`] when
+    /// a row does not parse.
+    pub fn read_csv(path: &Path) -> Result<Self, TrainError> {
+        let mut reader = csv::Reader::from_path(path).map_err(|e| csv_error(path, e))?;
+        let rows = reader
+            .deserialize()
+            .collect::<Result<Vec<MetricsRow>, _>>()
+            .map_err(|e| csv_error(path, e))?;
+        Ok(Self { rows })
+    }
+
+    /// Writes every row to `path`, replacing it (through a temporary file, so a crash never
+    /// leaves half a file).
+    ///
+    /// # Errors
+    ///
+    /// [`TrainError::Io`] when the file cannot be written.
+    pub fn write_csv(&self, path: &Path) -> Result<(), TrainError> {
+        let tmp = path.with_extension("csv.tmp");
+        let mut writer = csv::Writer::from_path(&tmp).map_err(|e| csv_error(&tmp, e))?;
+        for row in &self.rows {
+            writer.serialize(row).map_err(|e| csv_error(&tmp, e))?;
+        }
+        writer.flush().map_err(|e| TrainError::io("writing", &tmp, e))?;
+        drop(writer);
+        std::fs::rename(&tmp, path).map_err(|e| TrainError::io("renaming", path, e))
+    }
+
+    /// Drops rows after `step`: a resumed run rewrites them.
+    pub fn truncate_after(&mut self, step: usize) {
+        self.rows.retain(|r| r.step <= step);
+    }
+
+    /// The last row, if any.
+    pub fn last(&self) -> Option<&MetricsRow> {
+        self.rows.last()
+    }
+}
+
+fn csv_error(path: &Path, e: csv::Error) -> TrainError {
+    match e.into_kind() {
+        csv::ErrorKind::Io(source) => TrainError::io("accessing", path, source),
+        other => TrainError::CorruptCheckpoint {
+            path: path.to_path_buf(),
+            reason: format!("{other:?}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(targets: Vec<i64>) -> Batch {
+        Batch { batch: 2, seq_len: 3, tokens: vec![0; 6], targets }
+    }
+
+    #[test]
+    fn token_and_sequence_accuracy_count_scored_positions() {
+        let b = batch(vec![1, 2, 3, 4, 5, 6]);
+        let c = Counts::score(&[1, 2, 3, 4, 0, 6], &b, 0.5, None);
+        assert_eq!((c.tokens, c.correct_tokens), (6, 5));
+        assert_eq!((c.sequences, c.correct_sequences), (2, 1));
+        let m = c.metrics();
+        assert!((m.token_accuracy - 5.0 / 6.0).abs() < 1e-12);
+        assert_eq!(m.sequence_accuracy, 0.5);
+        assert_eq!(m.loss, 0.5);
+    }
+
+    #[test]
+    fn ignored_positions_count_in_neither_accuracy() {
+        // Class 0 is ignored: only the 2 and the 1 are scored.
+        let b = batch(vec![0, 2, 0, 1, 0, 0]);
+        let c = Counts::score(&[5, 2, 5, 2, 5, 5], &b, 1.0, Some(0));
+        assert_eq!((c.tokens, c.correct_tokens), (2, 1));
+        assert_eq!(c.correct_sequences, 1);
+        assert_eq!(c.loss_sum, 2.0);
+    }
+
+    #[test]
+    fn csv_round_trips_and_truncates() {
+        let dir = std::env::temp_dir().join(format!("attn-train-metrics-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("metrics.csv");
+        let row = |step| MetricsRow {
+            step,
+            lr: 0.001,
+            train_loss: 1.5,
+            eval_loss: 1.25,
+            eval_token_accuracy: 0.5,
+            eval_sequence_accuracy: 0.125,
+            wall_seconds: 3.0,
+        };
+        let mut log = MetricsLog { rows: vec![row(10), row(20), row(30)] };
+        log.write_csv(&path).expect("writes");
+        let back = MetricsLog::read_csv(&path).expect("reads");
+        assert_eq!(back, log);
+        log.truncate_after(20);
+        assert_eq!(log.rows.len(), 2);
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}
