@@ -139,7 +139,10 @@ impl Kernels for Avx2 {
             max = s.max_f32x8(max, load(chunk));
         }
         let lanes: [f32; 8] = pulp::cast(max);
-        lanes.iter().chain(chunks.remainder()).fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a })
+        lanes
+            .iter()
+            .chain(chunks.remainder())
+            .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a })
     }
 
     #[inline(always)]

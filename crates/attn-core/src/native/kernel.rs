@@ -75,7 +75,11 @@ impl<'a, T: Copy> Broadcast<'a, T> {
     fn row(&self, b: usize, h: usize, i: usize, j0: usize, len: usize) -> Row<'a, T> {
         let [sb, sh, si, sj] = self.strides;
         let start = b * sb + h * sh + i * si + j0 * sj;
-        if sj == 0 { Row::Same(self.data[start]) } else { Row::Keys(&self.data[start..start + len]) }
+        if sj == 0 {
+            Row::Same(self.data[start])
+        } else {
+            Row::Keys(&self.data[start..start + len])
+        }
     }
 }
 
@@ -132,8 +136,17 @@ enum Instructions {
     Portable,
 }
 
-fn run_tasks(p: &Problem, context: &mut [f32], lse: Option<&mut [f32]>, instructions: Instructions) {
-    assert_eq!(context.len(), p.batch * p.n_heads * p.seq_len_q * p.d_value, "context size");
+fn run_tasks(
+    p: &Problem,
+    context: &mut [f32],
+    lse: Option<&mut [f32]>,
+    instructions: Instructions,
+) {
+    assert_eq!(
+        context.len(),
+        p.batch * p.n_heads * p.seq_len_q * p.d_value,
+        "context size"
+    );
     if context.is_empty() {
         return;
     }
@@ -165,7 +178,15 @@ fn run_tasks(p: &Problem, context: &mut [f32], lse: Option<&mut [f32]>, instruct
     tasks.into_par_iter().for_each_init(
         || Scratch::new(p, &keys),
         |scratch, (head, q_start, context, lse)| {
-            let task = Task { p, keys: &keys, head, q_start, scratch, context, lse };
+            let task = Task {
+                p,
+                keys: &keys,
+                head,
+                q_start,
+                scratch,
+                context,
+                lse,
+            };
             task.dispatch(instructions);
         },
     );
@@ -197,20 +218,32 @@ impl PackedKeys {
             .enumerate()
             .for_each(|(kv_head, (k_packed, v_packed))| {
                 let k = &p.k[kv_head * p.seq_len_kv * p.d_head..][..p.seq_len_kv * p.d_head];
-                for (j, key) in k.chunks_exact(p.d_head).enumerate() {
-                    let panel = &mut k_packed[(j / NR) * p.d_head * NR..][..p.d_head * NR];
-                    for (c, &x) in key.iter().enumerate() {
-                        panel[c * NR + j % NR] = x;
+                // Panel by panel, so that the writes are contiguous and the (strided) reads
+                // stay within the panel's NR keys.
+                for (keys, panel) in k
+                    .chunks(NR * p.d_head)
+                    .zip(k_packed.chunks_exact_mut(NR * p.d_head))
+                {
+                    for (c, column) in panel.chunks_exact_mut(NR).enumerate() {
+                        for (x, key) in column.iter_mut().zip(keys.chunks_exact(p.d_head)) {
+                            *x = key[c];
+                        }
                     }
                 }
                 let v = &p.v[kv_head * p.seq_len_kv * p.d_value..][..p.seq_len_kv * p.d_value];
                 for (j, value) in v.chunks_exact(p.d_value).enumerate() {
                     for (panel, cols) in value.chunks(NR).enumerate() {
-                        v_packed[(panel * p.seq_len_kv + j) * NR..][..cols.len()].copy_from_slice(cols);
+                        v_packed[(panel * p.seq_len_kv + j) * NR..][..cols.len()]
+                            .copy_from_slice(cols);
                     }
                 }
             });
-        Self { k_panels, v_panels, n_key_panels, n_value_panels }
+        Self {
+            k_panels,
+            v_panels,
+            n_key_panels,
+            n_value_panels,
+        }
     }
 
     /// Key panel `panel` of key/value head `kv_head`, `[d_head][NR]`.
@@ -221,7 +254,14 @@ impl PackedKeys {
 
     /// Value columns `panel · NR..` of keys `j0..j0 + len` of key/value head `kv_head`,
     /// `[len][NR]`.
-    fn v_panel<'a>(&'a self, p: &Problem, kv_head: usize, panel: usize, j0: usize, len: usize) -> &'a [f32] {
+    fn v_panel<'a>(
+        &'a self,
+        p: &Problem,
+        kv_head: usize,
+        panel: usize,
+        j0: usize,
+        len: usize,
+    ) -> &'a [f32] {
         let start = ((kv_head * self.n_value_panels + panel) * p.seq_len_kv + j0) * NR;
         &self.v_panels[start..][..len * NR]
     }
@@ -272,7 +312,8 @@ impl Task<'_, '_> {
     /// Runs the task with AVX2 and FMA where the CPU has them, portable code elsewhere.
     fn dispatch(self, instructions: Instructions) {
         match instructions {
-            Instructions::Best => {
+            Instructions::Best =>
+            {
                 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
                 if let Some(simd) = pulp::x86::V3::try_new() {
                     return simd.vectorize(super::avx2::Run(self, super::avx2::Avx2(simd)));
@@ -286,7 +327,15 @@ impl Task<'_, '_> {
     /// The online-softmax loop over key blocks, then `o / l`.
     #[inline(always)]
     pub(super) fn run<K: Kernels>(self, kernels: K) {
-        let Task { p, keys, head, q_start, scratch, context, lse } = self;
+        let Task {
+            p,
+            keys,
+            head,
+            q_start,
+            scratch,
+            context,
+            lse,
+        } = self;
         let (b, h) = (head / p.n_heads, head % p.n_heads);
         let kv_head = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
         let rows = lse.len();
@@ -296,7 +345,12 @@ impl Task<'_, '_> {
 
         let to_base_2 = std::f32::consts::LOG2_E;
         let q = &mut scratch.q[..rows_padded * d_head];
-        pack_queries(q, &p.q[(head * p.seq_len_q + q_start) * d_head..][..rows * d_head], d_head, p.scale * to_base_2);
+        pack_queries(
+            q,
+            &p.q[(head * p.seq_len_q + q_start) * d_head..][..rows * d_head],
+            d_head,
+            p.scale * to_base_2,
+        );
         let o = &mut scratch.o[..rows_padded * dv_padded];
         o.fill(0.0);
         let m = &mut scratch.m[..rows];
@@ -306,7 +360,9 @@ impl Task<'_, '_> {
 
         // Causal: the last query of the block sees keys up to `q_start + rows − 1 + offset`.
         let kv_end = match p.causal_offset {
-            Some(offset) => (q_start as i64 + rows as i64 + offset).clamp(0, p.seq_len_kv as i64) as usize,
+            Some(offset) => {
+                (q_start as i64 + rows as i64 + offset).clamp(0, p.seq_len_kv as i64) as usize
+            }
             None => p.seq_len_kv,
         };
         let s = &mut scratch.s[..];
@@ -330,7 +386,9 @@ impl Task<'_, '_> {
             for i in 0..rows {
                 let query = q_start + i;
                 let visible = match p.causal_offset {
-                    Some(offset) => (query as i64 + offset + 1 - j0 as i64).clamp(0, len as i64) as usize,
+                    Some(offset) => {
+                        (query as i64 + offset + 1 - j0 as i64).clamp(0, len as i64) as usize
+                    }
                     None => len,
                 };
                 let row = &mut s[i * len_padded..][..len];
@@ -376,7 +434,11 @@ impl Task<'_, '_> {
             for (dst, &x) in out.iter_mut().zip(&o[i * dv_padded..][..d_value]) {
                 *dst = x * inv;
             }
-            lse[i] = if l[i] > 0.0 { (m[i] + l[i].log2()) * std::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+            lse[i] = if l[i] > 0.0 {
+                (m[i] + l[i].log2()) * std::f32::consts::LN_2
+            } else {
+                f32::NEG_INFINITY
+            };
         }
     }
 }
@@ -513,7 +575,8 @@ impl Kernels for Portable {
 
     #[inline(always)]
     fn row_max(self, row: &[f32]) -> f32 {
-        row.iter().fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a })
+        row.iter()
+            .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a })
     }
 
     #[inline(always)]
@@ -532,11 +595,15 @@ mod tests {
     use super::*;
     use attn_testing::{SeededRng, assert_close_slices};
 
+    /// Where element `idx` of the broadcast scores sits in `x`'s data.
+    fn at<T>(x: &Broadcast<'_, T>, idx: [usize; 4]) -> usize {
+        idx.iter().zip(x.strides).map(|(i, s)| i * s).sum()
+    }
+
     /// The same attention in `f64`, one query at a time, straight from the definition.
     fn reference(p: &Problem) -> (Vec<f32>, Vec<f32>) {
         let mut context = vec![0.0; p.batch * p.n_heads * p.seq_len_q * p.d_value];
         let mut lse = vec![f32::NEG_INFINITY; p.batch * p.n_heads * p.seq_len_q];
-        let at = |x: &Broadcast<'_, _>, idx: [usize; 4]| idx.iter().zip(x.strides).map(|(i, s)| i * s).sum::<usize>();
         for b in 0..p.batch {
             for h in 0..p.n_heads {
                 let kv = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
@@ -546,13 +613,18 @@ mod tests {
                     let scores: Vec<f64> = (0..p.seq_len_kv)
                         .map(|j| {
                             let k = &p.k[(kv * p.seq_len_kv + j) * p.d_head..][..p.d_head];
-                            let dot: f64 = q.iter().zip(k).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+                            let dot: f64 = q
+                                .iter()
+                                .zip(k)
+                                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                                .sum();
                             let mut s = dot * f64::from(p.scale);
                             if let Some(bias) = &p.bias {
                                 s += f64::from(bias.data[at(bias, [b, h, i, j])]);
                             }
-                            let masked = p.mask.as_ref().is_some_and(|m| m.data[at(m, [b, h, i, j])])
-                                || p.causal_offset.is_some_and(|o| j as i64 > i as i64 + o);
+                            let masked =
+                                p.mask.as_ref().is_some_and(|m| m.data[at(m, [b, h, i, j])])
+                                    || p.causal_offset.is_some_and(|o| j as i64 > i as i64 + o);
                             if masked { f64::NEG_INFINITY } else { s }
                         })
                         .collect();
@@ -564,7 +636,8 @@ mod tests {
                     let sum: f64 = weights.iter().sum();
                     lse[row] = (max + sum.ln()) as f32;
                     for c in 0..p.d_value {
-                        let value = |j: usize| f64::from(p.v[(kv * p.seq_len_kv + j) * p.d_value + c]);
+                        let value =
+                            |j: usize| f64::from(p.v[(kv * p.seq_len_kv + j) * p.d_value + c]);
                         let out: f64 = weights.iter().enumerate().map(|(j, w)| w * value(j)).sum();
                         context[row * p.d_value + c] = (out / sum) as f32;
                     }
@@ -597,15 +670,25 @@ mod tests {
             let n_kv_heads = rng.range(1, 2);
             let n_heads = n_kv_heads * rng.range(1, 3);
             // Lengths that cross the query block (96) and the key block (256), and tiny ones.
-            let seq_len_q = if trial % 3 == 0 { rng.range(1, 7) } else { rng.range(90, 200) };
-            let seq_len_kv = if trial % 4 == 0 { rng.range(1, 20) } else { rng.range(250, 530) };
+            let seq_len_q = if trial % 3 == 0 {
+                rng.range(1, 7)
+            } else {
+                rng.range(90, 200)
+            };
+            let seq_len_kv = if trial % 4 == 0 {
+                rng.range(1, 20)
+            } else {
+                rng.range(250, 530)
+            };
             let (d_head, d_value) = (rng.range(1, 19), rng.range(1, 35));
             let scores = [batch, n_heads, seq_len_q, seq_len_kv];
             let q = values(&mut rng, batch * n_heads * seq_len_q * d_head, 2.0);
             let k = values(&mut rng, batch * n_kv_heads * seq_len_kv * d_head, 2.0);
             let v = values(&mut rng, batch * n_kv_heads * seq_len_kv * d_value, 1.0);
             let mask_dims = broadcast_dims(trial, scores);
-            let mask: Vec<bool> = (0..mask_dims.iter().product()).map(|_| rng.bernoulli(0.3)).collect();
+            let mask: Vec<bool> = (0..mask_dims.iter().product())
+                .map(|_| rng.bernoulli(0.3))
+                .collect();
             let bias_dims = broadcast_dims(trial + 1, scores);
             let bias = values(&mut rng, bias_dims.iter().product(), 3.0);
             let problem = Problem {
@@ -634,10 +717,28 @@ mod tests {
                 let mut context = vec![f32::NAN; want_context.len()];
                 let mut lse = vec![f32::NAN; want_lse.len()];
                 run_tasks(&problem, &mut context, Some(&mut lse), instructions);
-                let what = format!("trial {trial} ({instructions:?}), scores {scores:?}, d_head {d_head}, d_value {d_value}");
-                assert_close_slices(&context, &want_context, 1e-5, 1e-4, &format!("{what}: context"));
-                let finite = |x: &[f32]| x.iter().map(|&l| if l.is_finite() { l } else { -1e30 }).collect::<Vec<_>>();
-                assert_close_slices(&finite(&lse), &finite(&want_lse), 1e-4, 1e-5, &format!("{what}: lse"));
+                let what = format!(
+                    "trial {trial} ({instructions:?}), scores {scores:?}, d_head {d_head}, d_value {d_value}"
+                );
+                assert_close_slices(
+                    &context,
+                    &want_context,
+                    1e-5,
+                    1e-4,
+                    &format!("{what}: context"),
+                );
+                let finite = |x: &[f32]| {
+                    x.iter()
+                        .map(|&l| if l.is_finite() { l } else { -1e30 })
+                        .collect::<Vec<_>>()
+                };
+                assert_close_slices(
+                    &finite(&lse),
+                    &finite(&want_lse),
+                    1e-4,
+                    1e-5,
+                    &format!("{what}: lse"),
+                );
             }
         }
     }
@@ -666,6 +767,10 @@ mod tests {
         attention(&problem, &mut context, Some(&mut lse));
         assert_eq!(context, [0.0, 0.0, 5.0, 5.0]);
         assert_eq!(lse[0], f32::NEG_INFINITY);
-        assert!((lse[1] - 3.0).abs() < 1e-6, "one key with score 3: lse {}", lse[1]);
+        assert!(
+            (lse[1] - 3.0).abs() < 1e-6,
+            "one key with score 3: lse {}",
+            lse[1]
+        );
     }
 }

@@ -80,7 +80,10 @@ pub fn native_attention(
     let plan = PreparedAttention::new(&q, &k, &v, options)?;
     check_can_run(&q, &k, &v, options, &plan)?;
     let (context, lse) = run(q, k, v, &plan, true);
-    Ok(NativeOutput { context, lse: lse.expect("the log-sum-exp was asked for") })
+    Ok(NativeOutput {
+        context,
+        lse: lse.expect("the log-sum-exp was asked for"),
+    })
 }
 
 /// Refuses what the native kernel cannot do: return or drop weights, or be differentiated.
@@ -100,11 +103,19 @@ pub(crate) fn check_can_run(
     } else {
         return Ok(());
     };
-    Err(AttentionError::StrategyCannot { strategy: Strategy::Native.name(), what })
+    Err(AttentionError::StrategyCannot {
+        strategy: Strategy::Native.name(),
+        what,
+    })
 }
 
 /// The context, for [`Strategy::Native`] inside `try_scaled_dot_product_attention`.
-pub(crate) fn attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, plan: &PreparedAttention) -> Tensor<4> {
+pub(crate) fn attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    plan: &PreparedAttention,
+) -> Tensor<4> {
     run(q, k, v, plan, false).0
 }
 
@@ -137,8 +148,12 @@ fn run(
         d_head,
         d_value,
         scale: plan.scale as f32,
-        mask: mask.as_ref().map(|(dims, data)| Broadcast::new(data.as_slice(), *dims)),
-        bias: bias.as_ref().map(|(dims, data)| Broadcast::new(slice(data), *dims)),
+        mask: mask
+            .as_ref()
+            .map(|(dims, data)| Broadcast::new(data.as_slice(), *dims)),
+        bias: bias
+            .as_ref()
+            .map(|(dims, data)| Broadcast::new(slice(data), *dims)),
         causal_offset: plan.causal_offset,
     };
 
@@ -146,16 +161,23 @@ fn run(
     let mut lse = want_lse.then(|| vec![0.0; batch * n_heads * seq_len_q]);
     kernel::attention(&problem, &mut context, lse.as_deref_mut());
 
-    let context = Tensor::<4>::from_data(TensorData::new(context, [batch, n_heads, seq_len_q, d_value]), &device)
-        .cast(dtype);
-    let lse = lse
-        .map(|lse| Tensor::<3>::from_data(TensorData::new(lse, [batch, n_heads, seq_len_q]), &device).cast(dtype));
+    let context = Tensor::<4>::from_data(
+        TensorData::new(context, [batch, n_heads, seq_len_q, d_value]),
+        &device,
+    )
+    .cast(dtype);
+    let lse = lse.map(|lse| {
+        Tensor::<3>::from_data(TensorData::new(lse, [batch, n_heads, seq_len_q]), &device)
+            .cast(dtype)
+    });
     (context, lse)
 }
 
 /// A float tensor's values as `f32`, row-major.
 fn floats<const D: usize>(t: Tensor<D>) -> TensorData {
-    t.into_data().try_cast_as::<f32>().expect("float tensors convert to f32")
+    t.into_data()
+        .try_cast_as::<f32>()
+        .expect("float tensors convert to f32")
 }
 
 /// The `f32` values of data made by [`floats`].
@@ -165,13 +187,19 @@ fn slice(data: &TensorData) -> &[f32] {
 
 /// A bool tensor's values, row-major.
 fn bools<const D: usize>(t: Tensor<D, Bool>) -> Vec<bool> {
-    t.into_data().try_cast_as::<bool>().and_then(|d| d.try_into_vec::<bool>()).expect("bool tensors convert to bool")
+    t.into_data()
+        .try_cast_as::<bool>()
+        .and_then(|d| d.try_into_vec::<bool>())
+        .expect("bool tensors convert to bool")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CausalAlignment, padding_mask, padding_mask_from_lengths, repeat_kv_heads, scaled_scores, try_scaled_dot_product_attention};
+    use crate::{
+        CausalAlignment, padding_mask, padding_mask_from_lengths, repeat_kv_heads, scaled_scores,
+        try_scaled_dot_product_attention,
+    };
     use attn_testing::{ATOL, RTOL, SeededRng, assert_tensors_close, device_for, for_each_device};
 
     /// `q`, `k`, `v` with grouped-query heads and lengths that cross the kernel's query block
@@ -180,12 +208,22 @@ mod tests {
         let batch = rng.range(1, 2);
         let n_kv_heads = rng.range(1, 2);
         let n_heads = n_kv_heads * rng.range(1, 3);
-        let seq_len_q = if trial % 2 == 0 { rng.range(1, 9) } else { rng.range(95, 130) };
-        let seq_len_kv = if trial % 3 == 0 { rng.range(1, 12) } else { rng.range(250, 300) };
+        let seq_len_q = if trial % 2 == 0 {
+            rng.range(1, 9)
+        } else {
+            rng.range(95, 130)
+        };
+        let seq_len_kv = if trial % 3 == 0 {
+            rng.range(1, 12)
+        } else {
+            rng.range(250, 300)
+        };
         let (d_head, d_value) = (rng.range(1, 20), rng.range(1, 20));
         [
-            rng.tensor([batch, n_heads, seq_len_q, d_head], device).mul_scalar(2.0),
-            rng.tensor([batch, n_kv_heads, seq_len_kv, d_head], device).mul_scalar(2.0),
+            rng.tensor([batch, n_heads, seq_len_q, d_head], device)
+                .mul_scalar(2.0),
+            rng.tensor([batch, n_kv_heads, seq_len_kv, d_head], device)
+                .mul_scalar(2.0),
             rng.tensor([batch, n_kv_heads, seq_len_kv, d_value], device),
         ]
     }
@@ -198,21 +236,33 @@ mod tests {
                 let [q, k, v] = inputs(&mut rng, trial, &d.device);
                 let [batch, n_heads, seq_len_q, _] = q.dims();
                 let seq_len_kv = k.dims()[2];
-                let mut options = AttentionOptions::new().with_scale(0.2 + f64::from(rng.unit().abs()));
+                let mut options =
+                    AttentionOptions::new().with_scale(0.2 + f64::from(rng.unit().abs()));
                 options = match trial % 3 {
                     0 => options,
-                    1 => options.with_mask(rng.bool_tensor([batch, n_heads, seq_len_q, seq_len_kv], 0.3, &d.device)),
+                    1 => options.with_mask(rng.bool_tensor(
+                        [batch, n_heads, seq_len_q, seq_len_kv],
+                        0.3,
+                        &d.device,
+                    )),
                     _ => {
-                        let lengths: Vec<usize> = (0..batch).map(|_| rng.range(1, seq_len_kv)).collect();
-                        let padding = padding_mask_from_lengths(&lengths, seq_len_kv, &d.device).expect("lengths fit");
+                        let lengths: Vec<usize> =
+                            (0..batch).map(|_| rng.range(1, seq_len_kv)).collect();
+                        let padding = padding_mask_from_lengths(&lengths, seq_len_kv, &d.device)
+                            .expect("lengths fit");
                         options.with_mask(padding_mask(padding))
                     }
                 };
                 if trial % 2 == 1 {
-                    options = options.with_bias(rng.tensor([1, n_heads, seq_len_q, seq_len_kv], &d.device));
+                    options = options
+                        .with_bias(rng.tensor([1, n_heads, seq_len_q, seq_len_kv], &d.device));
                 }
                 if trial % 4 != 0 {
-                    let alignment = if trial % 4 == 1 { CausalAlignment::TopLeft } else { CausalAlignment::BottomRight };
+                    let alignment = if trial % 4 == 1 {
+                        CausalAlignment::TopLeft
+                    } else {
+                        CausalAlignment::BottomRight
+                    };
                     options = options.with_causal(alignment);
                 }
                 let run = |strategy| {
@@ -221,8 +271,19 @@ mod tests {
                         .expect("valid problem")
                         .context
                 };
-                let what = format!("{} trial {trial}: native vs explicit, q {:?}, k {:?}", d.name, q.dims(), k.dims());
-                assert_tensors_close(run(Strategy::Native), run(Strategy::Explicit), ATOL, RTOL, &what);
+                let what = format!(
+                    "{} trial {trial}: native vs explicit, q {:?}, k {:?}",
+                    d.name,
+                    q.dims(),
+                    k.dims()
+                );
+                assert_tensors_close(
+                    run(Strategy::Native),
+                    run(Strategy::Explicit),
+                    ATOL,
+                    RTOL,
+                    &what,
+                );
             }
         });
     }
@@ -242,7 +303,8 @@ mod tests {
             let scale = 1.0 / (q.dims()[3] as f64).sqrt();
             let scores = scaled_scores(q, repeat_kv_heads(k, n_heads), scale) + bias; // [batch, n_heads, seq_len_q, seq_len_kv]
             let max = scores.clone().max_dim(3); // [batch, n_heads, seq_len_q, 1]
-            let lse = ((scores - max.clone()).exp().sum_dim(3).log() + max).reshape([batch, n_heads, seq_len_q]);
+            let lse = ((scores - max.clone()).exp().sum_dim(3).log() + max)
+                .reshape([batch, n_heads, seq_len_q]);
             assert_tensors_close(out.lse, lse, ATOL, RTOL, &format!("{}: lse", d.name));
         });
     }
@@ -263,11 +325,19 @@ mod tests {
         let device = Device::flex();
         let t = |shape: [usize; 4], device: &Device| Tensor::<4>::ones(shape, device);
         let cannot = |result: Result<NativeOutput, AttentionError>| match result {
-            Err(AttentionError::StrategyCannot { strategy: "native", what }) => what,
+            Err(AttentionError::StrategyCannot {
+                strategy: "native",
+                what,
+            }) => what,
             other => panic!("expected StrategyCannot from native, got {other:?}"),
         };
         let weights = AttentionOptions::new().with_need_weights(true);
-        let what = cannot(native_attention(t([1, 2, 3, 4], &device), t([1, 2, 5, 4], &device), t([1, 2, 5, 4], &device), &weights));
+        let what = cannot(native_attention(
+            t([1, 2, 3, 4], &device),
+            t([1, 2, 5, 4], &device),
+            t([1, 2, 5, 4], &device),
+            &weights,
+        ));
         assert!(what.contains("weights"), "{what}");
 
         let autodiff = device.autodiff();
@@ -276,15 +346,24 @@ mod tests {
         let dropout = AttentionOptions::new().with_dropout(0.5);
         let what = cannot(native_attention(q.clone(), k.clone(), v.clone(), &dropout));
         assert!(what.contains("dropout"), "{what}");
-        let what = cannot(native_attention(q.clone(), k.clone(), v.clone(), &AttentionOptions::new()));
+        let what = cannot(native_attention(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            &AttentionOptions::new(),
+        ));
         assert!(what.contains("gradients"), "{what}");
         let forced = AttentionOptions::new().with_strategy(Strategy::Native);
         assert!(matches!(
             try_scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &forced),
-            Err(AttentionError::StrategyCannot { strategy: "native", .. })
+            Err(AttentionError::StrategyCannot {
+                strategy: "native",
+                ..
+            })
         ));
         // The automatic choice stays differentiable.
-        let out = try_scaled_dot_product_attention(q, k, v, &AttentionOptions::new()).expect("auto falls back");
+        let out = try_scaled_dot_product_attention(q, k, v, &AttentionOptions::new())
+            .expect("auto falls back");
         assert!(out.context.is_tracked());
     }
 }
