@@ -45,10 +45,16 @@ enum Kernel {
     BurnAttention,
 }
 
-const KERNELS: [(&str, Kernel); 5] = [
+const KERNELS: [(&str, Kernel); 6] = [
     ("explicit", Kernel::Attn(Strategy::Explicit)),
-    ("chunked", Kernel::Attn(Strategy::Chunked { block: DEFAULT_BLOCK })),
+    (
+        "chunked",
+        Kernel::Attn(Strategy::Chunked {
+            block: DEFAULT_BLOCK,
+        }),
+    ),
     ("fused", Kernel::Attn(Strategy::Fused)),
+    ("native", Kernel::Attn(Strategy::Native)),
     ("auto", Kernel::Attn(Strategy::Auto)),
     ("burn_module_attention", Kernel::BurnAttention),
 ];
@@ -62,21 +68,29 @@ fn devices() -> Vec<(&'static str, Device)> {
     #[allow(deprecated)] // burn 0.22 deprecates ndarray in favour of flex; it still works.
     devices.push(("ndarray", Device::ndarray()));
     #[cfg(feature = "wgpu")]
-    devices.push(("wgpu", Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)));
+    devices.push((
+        "wgpu",
+        Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
+    ));
     devices
 }
 
 fn attend(kernel: Kernel, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
     match kernel {
         Kernel::Attn(strategy) => {
-            scaled_dot_product_attention(q, k, v, &AttentionOptions::new().with_strategy(strategy)).context
+            scaled_dot_product_attention(q, k, v, &AttentionOptions::new().with_strategy(strategy))
+                .context
         }
-        Kernel::BurnAttention => burn_attention(q, k, v, None, None, AttentionModuleOptions::default()),
+        Kernel::BurnAttention => {
+            burn_attention(q, k, v, None, None, AttentionModuleOptions::default())
+        }
     }
 }
 
 fn sync(device: &Device) {
-    device.sync().expect("the device failed while running the benchmark");
+    device
+        .sync()
+        .expect("the device failed while running the benchmark");
 }
 
 /// `[batch, n_heads, seq_len, d_head]` standard-normal inputs.
@@ -119,7 +133,11 @@ fn attention_forward_backward(c: &mut Criterion) {
             // Forward plus backward does three times the forward's matrix products.
             group.throughput(Throughput::Elements(3 * attention_flops(seq_len)));
             let [q, k, v] = qkv(seq_len, &device).map(Tensor::require_grad);
-            for (name, kernel) in KERNELS {
+            // The native kernel has no backward pass.
+            let differentiable = KERNELS
+                .into_iter()
+                .filter(|(_, kernel)| !matches!(kernel, Kernel::Attn(Strategy::Native)));
+            for (name, kernel) in differentiable {
                 group.bench_function(BenchmarkId::new(name, seq_len), |b| {
                     b.iter(|| {
                         let context = attend(kernel, q.clone(), k.clone(), v.clone());
@@ -152,7 +170,9 @@ const LAYERS: [(&str, fn(&Device) -> Layer); 4] = [
         Box::new(move |x| mha.forward(attn_model::MhaInput::self_attention(x)).output)
     }),
     ("burn_mha", |device| {
-        let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).with_dropout(0.0).init(device);
+        let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+            .with_dropout(0.0)
+            .init(device);
         Box::new(move |x| mha.forward(MhaInput::self_attn(x)).context)
     }),
     ("attn_encoder_block", |device| {
@@ -181,7 +201,11 @@ fn layers(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("layers/{device_name}"));
         for seq_len in SIZES {
             device.seed(SEED);
-            let x = Tensor::<3>::random([BATCH, seq_len, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
+            let x = Tensor::<3>::random(
+                [BATCH, seq_len, D_MODEL],
+                Distribution::Normal(0.0, 1.0),
+                &device,
+            );
             for (name, build) in LAYERS {
                 let layer = build(&device);
                 group.bench_function(BenchmarkId::new(format!("{name}/forward"), seq_len), |b| {
@@ -194,14 +218,17 @@ fn layers(c: &mut Criterion) {
 
                 let layer = build(&train);
                 let x = x.clone().autodiff().require_grad();
-                group.bench_function(BenchmarkId::new(format!("{name}/forward_backward"), seq_len), |b| {
-                    b.iter(|| {
-                        let grads = layer(x.clone()).sum().backward();
-                        let dx = x.grad(&grads).expect("x requires its gradient");
-                        sync(&train);
-                        black_box(dx)
-                    })
-                });
+                group.bench_function(
+                    BenchmarkId::new(format!("{name}/forward_backward"), seq_len),
+                    |b| {
+                        b.iter(|| {
+                            let grads = layer(x.clone()).sum().backward();
+                            let dx = x.grad(&grads).expect("x requires its gradient");
+                            sync(&train);
+                            black_box(dx)
+                        })
+                    },
+                );
             }
         }
         group.finish();

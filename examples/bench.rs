@@ -44,15 +44,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use attn_core::{AttentionOptions, DEFAULT_BLOCK, Strategy, scaled_dot_product_attention};
+use attn_model::{Activation, EncoderBlockConfig, NormPlacement};
 use attn_train::TrainConfig;
 use attn_train::backend;
 use attn_train::random::Rng;
-use burn::nn::loss::CrossEntropyLossConfig;
-use burn::optim::{AdamConfig, GradientsParams};
-use attn_model::{Activation, EncoderBlockConfig, NormPlacement};
 use burn::nn::activation::ActivationConfig;
 use burn::nn::attention::{MhaInput, MultiHeadAttentionConfig};
+use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
+use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::module::attention as burn_attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Device, Distribution, Tensor};
@@ -193,20 +193,63 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
-    Case { implementation: "attn", name: "explicit", workload: Workload::Attn(Strategy::Explicit) },
+    Case {
+        implementation: "attn",
+        name: "explicit",
+        workload: Workload::Attn(Strategy::Explicit),
+    },
     Case {
         implementation: "attn",
         name: "chunked",
-        workload: Workload::Attn(Strategy::Chunked { block: DEFAULT_BLOCK }),
+        workload: Workload::Attn(Strategy::Chunked {
+            block: DEFAULT_BLOCK,
+        }),
     },
-    Case { implementation: "attn", name: "fused", workload: Workload::Attn(Strategy::Fused) },
-    Case { implementation: "attn", name: "auto", workload: Workload::Attn(Strategy::Auto) },
-    Case { implementation: "burn", name: "module_attention", workload: Workload::BurnAttention },
-    Case { implementation: "attn", name: "mha", workload: Workload::AttnMha },
-    Case { implementation: "burn", name: "mha", workload: Workload::BurnMha },
-    Case { implementation: "attn", name: "encoder_block", workload: Workload::AttnEncoderBlock },
-    Case { implementation: "burn", name: "encoder_block", workload: Workload::BurnEncoderBlock },
-    Case { implementation: "attn", name: "train_step", workload: Workload::TrainStep },
+    Case {
+        implementation: "attn",
+        name: "fused",
+        workload: Workload::Attn(Strategy::Fused),
+    },
+    Case {
+        implementation: "attn",
+        name: "native",
+        workload: Workload::Attn(Strategy::Native),
+    },
+    Case {
+        implementation: "attn",
+        name: "auto",
+        workload: Workload::Attn(Strategy::Auto),
+    },
+    Case {
+        implementation: "burn",
+        name: "module_attention",
+        workload: Workload::BurnAttention,
+    },
+    Case {
+        implementation: "attn",
+        name: "mha",
+        workload: Workload::AttnMha,
+    },
+    Case {
+        implementation: "burn",
+        name: "mha",
+        workload: Workload::BurnMha,
+    },
+    Case {
+        implementation: "attn",
+        name: "encoder_block",
+        workload: Workload::AttnEncoderBlock,
+    },
+    Case {
+        implementation: "burn",
+        name: "encoder_block",
+        workload: Workload::BurnEncoderBlock,
+    },
+    Case {
+        implementation: "attn",
+        name: "train_step",
+        workload: Workload::TrainStep,
+    },
 ];
 
 impl Case {
@@ -220,10 +263,12 @@ impl Case {
             .ok_or_else(|| anyhow!("unknown case `{id}`; `--list` prints them"))
     }
 
-    /// The passes this case runs: a training step is always forward plus backward.
+    /// The passes this case runs: a training step is always forward plus backward, and the
+    /// native kernel has no backward.
     fn passes(&self) -> &'static [Pass] {
         match self.workload {
             Workload::TrainStep => &[Pass::ForwardBackward],
+            Workload::Attn(Strategy::Native) => &[Pass::Forward],
             _ => &Pass::ALL,
         }
     }
@@ -242,7 +287,12 @@ impl Case {
             Workload::TrainStep => {
                 let config = TrainConfig::default();
                 let (n_heads, d_model) = (config.model.n_heads, config.model.d_model);
-                [config.batch_size, n_heads, config.task.seq_len, d_model / n_heads]
+                [
+                    config.batch_size,
+                    n_heads,
+                    config.task.seq_len,
+                    d_model / n_heads,
+                ]
             }
             // The layer cases' d_model is n_heads · d_head.
             _ => [BATCH, N_HEADS, seq_len, D_HEAD],
@@ -261,7 +311,9 @@ impl Case {
         let forward = match self.workload {
             Workload::Attn(_) | Workload::BurnAttention => attention,
             Workload::AttnMha | Workload::BurnMha => attention + projections,
-            Workload::AttnEncoderBlock | Workload::BurnEncoderBlock => attention + projections + feed_forward,
+            Workload::AttnEncoderBlock | Workload::BurnEncoderBlock => {
+                attention + projections + feed_forward
+            }
             Workload::TrainStep => return None,
         };
         Some(match pass {
@@ -269,7 +321,6 @@ impl Case {
             Pass::ForwardBackward => 3.0 * forward,
         })
     }
-
 }
 
 /// One output line. `benches/peers/torch_sdpa.py` prints the same fields.
@@ -334,7 +385,9 @@ impl Record {
         self.reps = times_ms.len();
         self.median_ms = median;
         self.min_ms = times_ms.iter().copied().reduce(f64::min);
-        self.gflops = median.zip(case.flops(pass, self.seq_len)).map(|(ms, flops)| flops / (ms * 1e6));
+        self.gflops = median
+            .zip(case.flops(pass, self.seq_len))
+            .map(|(ms, flops)| flops / (ms * 1e6));
         self
     }
 
@@ -390,8 +443,16 @@ type Step = Box<dyn FnMut() -> Result<()>>;
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Some(Sub::Report { inputs, plot, device }) => report(&inputs, plot.as_deref(), &device),
-        Some(Sub::MemoryCase { case, device, seq_len }) => memory_child(&case, &device, seq_len),
+        Some(Sub::Report {
+            inputs,
+            plot,
+            device,
+        }) => report(&inputs, plot.as_deref(), &device),
+        Some(Sub::MemoryCase {
+            case,
+            device,
+            seq_len,
+        }) => memory_child(&case, &device, seq_len),
         None => run(&cli.run),
     }
 }
@@ -402,7 +463,10 @@ fn run(args: &RunArgs) -> Result<()> {
     } else if args.quick {
         vec![backend::default_backend().to_string()]
     } else {
-        backend::COMPILED.iter().map(|name| name.to_string()).collect()
+        backend::COMPILED
+            .iter()
+            .map(|name| name.to_string())
+            .collect()
     };
     let sizes = match (args.sizes.is_empty(), args.memory, args.quick) {
         (false, _, _) => args.sizes.clone(),
@@ -414,7 +478,9 @@ fn run(args: &RunArgs) -> Result<()> {
         (true, true) => MEMORY_CASES.iter().map(|c| c.to_string()).collect(),
         _ => args.cases.clone(),
     };
-    let selected: Vec<(Case, Pass)> = all_cases().filter(|(case, pass)| selected(&case.id(*pass), &filters)).collect();
+    let selected: Vec<(Case, Pass)> = all_cases()
+        .filter(|(case, pass)| selected(&case.id(*pass), &filters))
+        .collect();
     if args.list {
         for (case, pass) in &selected {
             println!("{}", case.id(*pass));
@@ -422,14 +488,25 @@ fn run(args: &RunArgs) -> Result<()> {
         return Ok(());
     }
     if selected.is_empty() {
-        bail!("no case matches --cases {}; `--list` prints them", filters.join(","));
+        bail!(
+            "no case matches --cases {}; `--list` prints them",
+            filters.join(",")
+        );
     }
     let budget = if args.quick { &QUICK } else { &FULL };
     for device_name in &devices {
-        let device = backend::device(device_name).with_context(|| format!("--device {device_name}"))?;
+        let device =
+            backend::device(device_name).with_context(|| format!("--device {device_name}"))?;
         // Cases at a fixed size (the training step) run once, after the others.
-        let sized = sizes.iter().flat_map(|&s| selected.iter().filter(|(c, _)| c.fixed_seq_len().is_none()).map(move |&(c, p)| (c, p, s)));
-        let fixed = selected.iter().filter_map(|&(c, p)| c.fixed_seq_len().map(|s| (c, p, s)));
+        let sized = sizes.iter().flat_map(|&s| {
+            selected
+                .iter()
+                .filter(|(c, _)| c.fixed_seq_len().is_none())
+                .map(move |&(c, p)| (c, p, s))
+        });
+        let fixed = selected
+            .iter()
+            .filter_map(|&(c, p)| c.fixed_seq_len().map(|s| (c, p, s)));
         for (case, pass, seq_len) in sized.chain(fixed) {
             let record = if args.memory {
                 memory_parent(&case, pass, device_name, seq_len, args.memory_limit_gib)?
@@ -444,21 +521,37 @@ fn run(args: &RunArgs) -> Result<()> {
 
 /// Every case with every pass it runs.
 fn all_cases() -> impl Iterator<Item = (Case, Pass)> {
-    CASES.iter().flat_map(|case| case.passes().iter().map(|&pass| (*case, pass)))
+    CASES
+        .iter()
+        .flat_map(|case| case.passes().iter().map(|&pass| (*case, pass)))
 }
 
 /// Whether the case `id` (`impl/case/pass`) passes the filters (none means every case).
 fn selected(id: &str, filters: &[String]) -> bool {
     let parts: Vec<&str> = id.split('/').collect();
-    filters.is_empty() || filters.iter().any(|f| f.split('/').all(|want| parts.contains(&want)))
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| f.split('/').all(|want| parts.contains(&want)))
 }
 
-fn time_case(case: &Case, pass: Pass, device: &Device, device_name: &str, seq_len: usize, budget: &Budget) -> Record {
+fn time_case(
+    case: &Case,
+    pass: Pass,
+    device: &Device,
+    device_name: &str,
+    seq_len: usize,
+    budget: &Budget,
+) -> Record {
     let record = Record::new(case, pass, device_name, seq_len);
-    let times = prepare(case, pass, device, seq_len).and_then(|mut step| measure(&mut step, budget));
+    let times =
+        prepare(case, pass, device, seq_len).and_then(|mut step| measure(&mut step, budget));
     match times {
         Ok(times) => record.with_times(case, pass, &times),
-        Err(e) => Record { error: Some(format!("{e:#}")), ..record },
+        Err(e) => Record {
+            error: Some(format!("{e:#}")),
+            ..record
+        },
     }
 }
 
@@ -472,7 +565,9 @@ fn measure(step: &mut Step, budget: &Budget) -> Result<Vec<f64>> {
         step()?;
         times.push(clock.elapsed().as_secs_f64() * 1e3);
         let spent = start.elapsed();
-        if (times.len() >= budget.min_reps && spent >= budget.target) || (times.len() >= 3 && spent >= budget.max_time) {
+        if (times.len() >= budget.min_reps && spent >= budget.target)
+            || (times.len() >= 3 && spent >= budget.max_time)
+        {
             break;
         }
     }
@@ -510,7 +605,10 @@ fn prepare(case: &Case, pass: Pass, device: &Device, seq_len: usize) -> Result<S
             })
         }
         Workload::TrainStep => train_step(&device),
-        Workload::AttnMha | Workload::BurnMha | Workload::AttnEncoderBlock | Workload::BurnEncoderBlock => {
+        Workload::AttnMha
+        | Workload::BurnMha
+        | Workload::AttnEncoderBlock
+        | Workload::BurnEncoderBlock => {
             let layer = layer(case.workload, &device)?;
             let x = Tensor::<3>::random([BATCH, seq_len, D_MODEL], normal, &device); // [batch, seq_len, d_model]
             Ok(match pass {
@@ -543,7 +641,9 @@ fn train_step(device: &Device) -> Result<Step> {
     let lr = config.optim.lr;
     let device = device.clone();
     Ok(Box::new(move || {
-        let encoder = model.take().context("an earlier step failed and lost the model")?;
+        let encoder = model
+            .take()
+            .context("an earlier step failed and lost the model")?;
         let logits = encoder.forward(tokens.clone()); // [batch, seq_len, n_classes]
         let [_, _, n_classes] = logits.dims();
         let logits = logits.reshape([batch_size * seq_len, n_classes]); // [batch * seq_len, n_classes]
@@ -562,11 +662,15 @@ type Layer = Box<dyn Fn(Tensor<3>) -> Tensor<3>>;
 fn layer(workload: Workload, device: &Device) -> Result<Layer> {
     Ok(match workload {
         Workload::AttnMha => {
-            let mha = attn_model::MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).with_dropout(0.0).init(device)?;
+            let mha = attn_model::MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+                .with_dropout(0.0)
+                .init(device)?;
             Box::new(move |x| mha.forward(attn_model::MhaInput::self_attention(x)).output)
         }
         Workload::BurnMha => {
-            let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).with_dropout(0.0).init(device);
+            let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+                .with_dropout(0.0)
+                .init(device);
             Box::new(move |x| mha.forward(MhaInput::self_attn(x)).context)
         }
         Workload::AttnEncoderBlock => {
@@ -598,7 +702,9 @@ fn attend(workload: Workload, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tenso
             let options = AttentionOptions::new().with_strategy(strategy);
             scaled_dot_product_attention(q, k, v, &options).context
         }
-        Workload::BurnAttention => burn_attention(q, k, v, None, None, AttentionModuleOptions::default()),
+        Workload::BurnAttention => {
+            burn_attention(q, k, v, None, None, AttentionModuleOptions::default())
+        }
         _ => unreachable!("prepare() sends only attention kernels here"),
     }
 }
@@ -606,7 +712,9 @@ fn attend(workload: Workload, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tenso
 /// Waits for the device to finish the run's work (lazy backends would otherwise stop the clock
 /// early), then lets the result go.
 fn finish<const D: usize>(device: &Device, result: Tensor<D>) -> Result<()> {
-    device.sync().map_err(|e| anyhow!("device sync failed: {e:?}"))?;
+    device
+        .sync()
+        .map_err(|e| anyhow!("device sync failed: {e:?}"))?;
     drop(result);
     Ok(())
 }
@@ -636,10 +744,19 @@ fn median(values: &[f64]) -> Option<f64> {
 // ---------------------------------------------------------------------------------------------
 
 /// Runs one memory case in a fresh child process under an address-space limit.
-fn memory_parent(case: &Case, pass: Pass, device: &str, seq_len: usize, limit_gib: f64) -> Result<Record> {
+fn memory_parent(
+    case: &Case,
+    pass: Pass,
+    device: &str,
+    seq_len: usize,
+    limit_gib: f64,
+) -> Result<Record> {
     let exe = std::env::current_exe().context("cannot find this program to re-run it")?;
     let limit_bytes = (limit_gib * 1024.0 * 1024.0 * 1024.0) as u64;
-    let has_prlimit = Command::new("prlimit").arg("--version").output().is_ok_and(|o| o.status.success());
+    let has_prlimit = Command::new("prlimit")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     let mut command = if has_prlimit {
         let mut c = Command::new("prlimit");
         c.arg(format!("--as={limit_bytes}")).arg("--").arg(&exe);
@@ -650,7 +767,15 @@ fn memory_parent(case: &Case, pass: Pass, device: &str, seq_len: usize, limit_gi
     let seq_len_arg = seq_len.to_string();
     let id = case.id(pass);
     let output = command
-        .args(["memory-case", "--case", &id, "--device", device, "--seq-len", &seq_len_arg])
+        .args([
+            "memory-case",
+            "--case",
+            &id,
+            "--device",
+            device,
+            "--seq-len",
+            &seq_len_arg,
+        ])
         .output()
         .with_context(|| format!("cannot start the child process for {id}"))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -660,9 +785,20 @@ fn memory_parent(case: &Case, pass: Pass, device: &str, seq_len: usize, limit_gi
         return serde_json::from_str(line).with_context(|| format!("child printed `{line}`"));
     }
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let why = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-    let limit = if has_prlimit { format!(" (address-space limit {limit_gib} GiB)") } else { String::new() };
-    Ok(Record { error: Some(format!("child {}{limit}: {why}", output.status)), ..Record::new(case, pass, device, seq_len) })
+    let why = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message");
+    let limit = if has_prlimit {
+        format!(" (address-space limit {limit_gib} GiB)")
+    } else {
+        String::new()
+    };
+    Ok(Record {
+        error: Some(format!("child {}{limit}: {why}", output.status)),
+        ..Record::new(case, pass, device, seq_len)
+    })
 }
 
 /// The child side: builds the inputs, runs the case once, and prints the high-water marks.
@@ -684,7 +820,8 @@ fn memory_child(id: &str, device_name: &str, seq_len: usize) -> Result<()> {
 
 /// This process's resident-memory high-water mark (`VmHWM`), in MiB.
 fn peak_rss_mib() -> Result<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
     let line = status
         .lines()
         .find(|l| l.starts_with("VmHWM:"))
@@ -712,16 +849,21 @@ fn report(inputs: &[PathBuf], plot_path: Option<&Path>, device: &str) -> Result<
     }
     let mut records = Vec::new();
     for path in inputs {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         for (n, line) in text.lines().enumerate().filter(|(_, l)| l.starts_with('{')) {
-            let record: Record =
-                serde_json::from_str(line).with_context(|| format!("{}:{}", path.display(), n + 1))?;
+            let record: Record = serde_json::from_str(line)
+                .with_context(|| format!("{}:{}", path.display(), n + 1))?;
             records.push(record);
         }
     }
     // PyTorch runs on the CPU: its numbers are the peers of every CPU backend.
-    let mine = |r: &Record| r.device == device || (r.implementation == "torch" && r.device == "cpu");
-    let timed: Vec<&Record> = records.iter().filter(|r| mine(r) && r.peak_rss_mib.is_none()).collect();
+    let mine =
+        |r: &Record| r.device == device || (r.implementation == "torch" && r.device == "cpu");
+    let timed: Vec<&Record> = records
+        .iter()
+        .filter(|r| mine(r) && r.peak_rss_mib.is_none())
+        .collect();
     let table = medians(&timed);
     let runs = timed
         .iter()
@@ -740,10 +882,18 @@ fn report(inputs: &[PathBuf], plot_path: Option<&Path>, device: &str) -> Result<
     for r in timed.iter().filter(|r| r.case == "train_step") {
         println!(
             "One training step of the toy model (batch {}, seq_len {}, {} heads of {}) on {device}: {} ms median over {} steps\n",
-            r.batch, r.seq_len, r.n_heads, r.d_head, ms(r.median_ms), r.reps
+            r.batch,
+            r.seq_len,
+            r.n_heads,
+            r.d_head,
+            ms(r.median_ms),
+            r.reps
         );
     }
-    let memory: Vec<&Record> = records.iter().filter(|r| r.peak_rss_mib.is_some() || r.error.is_some()).collect();
+    let memory: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.peak_rss_mib.is_some() || r.error.is_some())
+        .collect();
     print_memory_table(&memory);
     if let Some(path) = plot_path {
         plot(&table, path, device)?;
@@ -756,16 +906,36 @@ fn medians(records: &[&Record]) -> Table {
     let mut runs: BTreeMap<(String, String, String, usize), Vec<f64>> = BTreeMap::new();
     for r in records {
         if let Some(ms) = r.median_ms {
-            runs.entry((r.implementation.clone(), r.case.clone(), r.pass.clone(), r.seq_len))
-                .or_default()
-                .push(ms);
+            runs.entry((
+                r.implementation.clone(),
+                r.case.clone(),
+                r.pass.clone(),
+                r.seq_len,
+            ))
+            .or_default()
+            .push(ms);
         }
     }
-    runs.into_iter().filter_map(|(key, times)| median(&times).map(|m| (key, m))).collect()
+    runs.into_iter()
+        .filter_map(|(key, times)| median(&times).map(|m| (key, m)))
+        .collect()
 }
 
-fn lookup(table: &Table, implementation: &str, case: &str, pass: &str, seq_len: usize) -> Option<f64> {
-    table.get(&(implementation.to_string(), case.to_string(), pass.to_string(), seq_len)).copied()
+fn lookup(
+    table: &Table,
+    implementation: &str,
+    case: &str,
+    pass: &str,
+    seq_len: usize,
+) -> Option<f64> {
+    table
+        .get(&(
+            implementation.to_string(),
+            case.to_string(),
+            pass.to_string(),
+            seq_len,
+        ))
+        .copied()
 }
 
 fn sizes_in(table: &Table, pass: &str) -> Vec<usize> {
@@ -776,12 +946,19 @@ fn sizes_in(table: &Table, pass: &str) -> Vec<usize> {
 }
 
 fn ms(value: Option<f64>) -> String {
-    value.map_or("—".to_string(), |v| if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.2}") })
+    value.map_or("—".to_string(), |v| {
+        if v >= 100.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.2}")
+        }
+    })
 }
 
 /// `peer / ours`: above 1 means ours is faster.
 fn ratio(ours: Option<f64>, peer: Option<f64>) -> String {
-    ours.zip(peer).map_or("—".to_string(), |(o, p)| format!("{:.2}×", p / o))
+    ours.zip(peer)
+        .map_or("—".to_string(), |(o, p)| format!("{:.2}×", p / o))
 }
 
 fn print_attention_table(table: &Table, pass: &str, device: &str) {
@@ -791,21 +968,25 @@ fn print_attention_table(table: &Table, pass: &str, device: &str) {
     }
     println!("#### Attention {pass}, `[1, 8, s, 64]`, {device}, median ms\n");
     println!(
-        "| s | attn auto | attn explicit | attn chunked | attn fused | burn `module::attention` | PyTorch SDPA | auto vs burn | auto vs PyTorch | best attn vs PyTorch |"
+        "| s | attn auto | attn explicit | attn chunked | attn fused | attn native | burn `module::attention` | PyTorch SDPA | auto vs burn | auto vs PyTorch | best attn vs PyTorch |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for s in sizes {
         let ours = |case| lookup(table, "attn", case, pass, s);
         let auto = ours("auto");
-        let best = ["explicit", "chunked", "fused", "auto"].into_iter().filter_map(ours).reduce(f64::min);
+        let best = ["explicit", "chunked", "fused", "native", "auto"]
+            .into_iter()
+            .filter_map(ours)
+            .reduce(f64::min);
         let burn = lookup(table, "burn", "module_attention", pass, s);
         let torch = lookup(table, "torch", "sdpa", pass, s);
         println!(
-            "| {s} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {s} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             ms(auto),
             ms(ours("explicit")),
             ms(ours("chunked")),
             ms(ours("fused")),
+            ms(ours("native")),
             ms(burn),
             ms(torch),
             ratio(auto, burn),
@@ -819,23 +1000,44 @@ fn print_attention_table(table: &Table, pass: &str, device: &str) {
 fn print_layer_table(table: &Table, case: &str, pass: &str, device: &str) {
     let sizes: Vec<usize> = sizes_in(table, pass)
         .into_iter()
-        .filter(|&s| ["attn", "burn"].iter().any(|i| lookup(table, i, case, pass, s).is_some()))
+        .filter(|&s| {
+            ["attn", "burn"]
+                .iter()
+                .any(|i| lookup(table, i, case, pass, s).is_some())
+        })
         .collect();
     if sizes.is_empty() {
         return;
     }
     let (title, burn_name, torch_name) = match case {
-        "mha" => ("Multi-head attention", "`nn::MultiHeadAttention`", "`nn.MultiheadAttention`"),
-        _ => ("Encoder block", "`nn::transformer::TransformerEncoder` (1 layer)", "`nn.TransformerEncoderLayer`"),
+        "mha" => (
+            "Multi-head attention",
+            "`nn::MultiHeadAttention`",
+            "`nn.MultiheadAttention`",
+        ),
+        _ => (
+            "Encoder block",
+            "`nn::transformer::TransformerEncoder` (1 layer)",
+            "`nn.TransformerEncoderLayer`",
+        ),
     };
     println!("#### {title} {pass}, `[1, s, 512]`, 8 heads, {device}, median ms\n");
-    println!("| s | attn | burn {burn_name} | PyTorch {torch_name} | attn vs burn | attn vs PyTorch |");
+    println!(
+        "| s | attn | burn {burn_name} | PyTorch {torch_name} | attn vs burn | attn vs PyTorch |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|");
     for s in sizes {
         let attn = lookup(table, "attn", case, pass, s);
         let burn = lookup(table, "burn", case, pass, s);
         let torch = lookup(table, "torch", case, pass, s);
-        println!("| {s} | {} | {} | {} | {} | {} |", ms(attn), ms(burn), ms(torch), ratio(attn, burn), ratio(attn, torch));
+        println!(
+            "| {s} | {} | {} | {} | {} | {} |",
+            ms(attn),
+            ms(burn),
+            ms(torch),
+            ratio(attn, burn),
+            ratio(attn, torch)
+        );
     }
     println!();
 }
@@ -845,10 +1047,13 @@ fn print_memory_table(records: &[&Record]) {
         return;
     }
     println!("#### Peak resident memory (VmHWM), `[1, 8, s, 64]`, one process per case\n");
-    println!("| case | device | s | peak MiB | before the case MiB | growth MiB | one `[s, s]` score matrix MiB | time ms |");
+    println!(
+        "| case | device | s | peak MiB | before the case MiB | growth MiB | one `[s, s]` score matrix MiB | time ms |"
+    );
     println!("|---|---|---:|---:|---:|---:|---:|---:|");
     for r in records {
-        let scores_mib = (r.batch * r.n_heads * r.seq_len * r.seq_len * 4) as f64 / (1024.0 * 1024.0);
+        let scores_mib =
+            (r.batch * r.n_heads * r.seq_len * r.seq_len * 4) as f64 / (1024.0 * 1024.0);
         let growth = r.peak_rss_mib.zip(r.baseline_rss_mib).map(|(p, b)| p - b);
         let number = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.0}"));
         let peak = match &r.error {
@@ -879,11 +1084,12 @@ fn plot(table: &Table, path: &Path, device: &str) -> Result<()> {
 
     register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| anyhow!("the bundled DejaVuSans.ttf is not a usable font"))?;
-    let series: [(&str, &str, &str); 6] = [
+    let series: [(&str, &str, &str); 7] = [
         ("attn", "auto", "attn auto"),
         ("attn", "explicit", "attn explicit"),
         ("attn", "chunked", "attn chunked"),
         ("attn", "fused", "attn fused"),
+        ("attn", "native", "attn native"),
         ("burn", "module_attention", "burn module::attention"),
         ("torch", "sdpa", "PyTorch SDPA"),
     ];
@@ -896,7 +1102,9 @@ fn plot(table: &Table, path: &Path, device: &str) -> Result<()> {
             .map(|&(implementation, case, label)| {
                 let points = sizes_in(table, pass)
                     .into_iter()
-                    .filter_map(|s| lookup(table, implementation, case, pass, s).map(|ms| (s as f64, ms)))
+                    .filter_map(|s| {
+                        lookup(table, implementation, case, pass, s).map(|ms| (s as f64, ms))
+                    })
                     .collect();
                 (label, points)
             })
@@ -905,15 +1113,22 @@ fn plot(table: &Table, path: &Path, device: &str) -> Result<()> {
         if all.is_empty() {
             continue;
         }
-        let (x_min, x_max) = all.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
-        let (y_min, y_max) = all.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| (lo.min(p.1), hi.max(p.1)));
+        let (x_min, x_max) = all.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+            (lo.min(p.0), hi.max(p.0))
+        });
+        let (y_min, y_max) = all.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+            (lo.min(p.1), hi.max(p.1))
+        });
         let title = format!("{} on {device}, [1, 8, s, 64]", pass.replace('_', " + "));
         let mut chart = ChartBuilder::on(area)
             .caption(title, ("sans-serif", 24))
             .margin(20)
             .x_label_area_size(45)
             .y_label_area_size(70)
-            .build_cartesian_2d((x_min * 0.8..x_max * 1.25).log_scale(), (y_min * 0.7..y_max * 1.5).log_scale())?;
+            .build_cartesian_2d(
+                (x_min * 0.8..x_max * 1.25).log_scale(),
+                (y_min * 0.7..y_max * 1.5).log_scale(),
+            )?;
         chart
             .configure_mesh()
             .x_desc("seq_len s")
@@ -930,7 +1145,9 @@ fn plot(table: &Table, path: &Path, device: &str) -> Result<()> {
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
                 .label(*label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
             chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
         }
         chart
@@ -941,6 +1158,7 @@ fn plot(table: &Table, path: &Path, device: &str) -> Result<()> {
             .label_font(("sans-serif", 16))
             .draw()?;
     }
-    root.present().with_context(|| format!("writing {}", path.display()))?;
+    root.present()
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
