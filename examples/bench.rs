@@ -938,8 +938,13 @@ fn lookup(
         .copied()
 }
 
+/// The sequence lengths measured for `pass` (the training step, at its own size, has its line).
 fn sizes_in(table: &Table, pass: &str) -> Vec<usize> {
-    let mut sizes: Vec<usize> = table.keys().filter(|k| k.2 == pass).map(|k| k.3).collect();
+    let mut sizes: Vec<usize> = table
+        .keys()
+        .filter(|k| k.2 == pass && k.1 != "train_step")
+        .map(|k| k.3)
+        .collect();
     sizes.sort_unstable();
     sizes.dedup();
     sizes
