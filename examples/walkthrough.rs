@@ -242,9 +242,9 @@ fn print_matrix<const D: usize>(title: &str, rows: &[&str], columns: &[&str], t:
         print!("{}", pad(c, 9));
     }
     println!();
-    for (r, row) in data.chunks(columns.len()).zip(rows) {
-        print!("{}", pad(row, 10));
-        for x in r {
+    for (values, label) in data.chunks(columns.len()).zip(rows) {
+        print!("{}", pad(label, 10));
+        for x in values {
             print!("{x:>9.3}");
         }
         println!();
