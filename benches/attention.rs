@@ -11,20 +11,28 @@
 //!
 //! Narrow it with criterion's filter, e.g. `cargo bench --bench attention -- forward/flex/chunked`,
 //! and add backends with features: `cargo bench --features ndarray --bench attention`.
-//! Benchmark ids read `{pass}/{device}/{case}/{seq_len}` and `layers/{device}/{layer}/{pass}/{seq_len}`.
+//! Benchmark ids read `{pass}/{device}/{case}/{seq_len}`, `layers/{device}/{layer}/{pass}/{seq_len}`
+//! and `train_step/{device}` (one step of `attn-train`'s toy model).
 //!
 //! The device is synchronised inside every iteration, so a lazy backend's queued work is inside
 //! the measured time. For one JSON line per case, GFLOP/s, PyTorch alongside and peak memory, see
 //! `examples/bench.rs` and `docs/benchmarks.md`.
+
+// `criterion_group!` defines a public function that cannot carry a doc comment.
+#![allow(missing_docs)]
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use attn_core::{AttentionOptions, DEFAULT_BLOCK, Strategy, scaled_dot_product_attention};
 use attn_model::{Activation, EncoderBlockConfig, NormPlacement};
+use attn_train::TrainConfig;
+use attn_train::random::Rng;
 use burn::nn::activation::ActivationConfig;
 use burn::nn::attention::{MhaInput, MultiHeadAttentionConfig};
+use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
+use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::module::attention as burn_attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Device, Distribution, Tensor};
@@ -235,6 +243,43 @@ fn layers(c: &mut Criterion) {
     }
 }
 
+/// One step of `attn-train`'s loop on its toy model (default `TrainConfig`: forward,
+/// cross-entropy, backward, Adam), on one fixed batch so the clock sees the step only.
+fn train_step(c: &mut Criterion) {
+    for (device_name, device) in devices() {
+        let device = device.autodiff();
+        let config = TrainConfig::default();
+        device.seed(SEED);
+        let mut model = Some(
+            config
+                .encoder_config()
+                .init(&device)
+                .expect("the default configuration is valid"),
+        );
+        let mut optim = AdamConfig::new().init();
+        let loss_fn = CrossEntropyLossConfig::new().init(&device);
+        let batch = config.task.batch(config.batch_size, &mut Rng::new(SEED));
+        let [batch_size, seq_len] = [batch.batch, batch.seq_len];
+        let tokens = batch.tokens_tensor(&device); // [batch, seq_len]
+        let targets = batch
+            .targets_tensor(&device)
+            .reshape([batch_size * seq_len]); // [batch * seq_len]
+        c.bench_function(&format!("train_step/{device_name}"), |b| {
+            b.iter(|| {
+                let encoder = model.take().expect("the previous step put the model back");
+                let logits = encoder.forward(tokens.clone()); // [batch, seq_len, n_classes]
+                let [_, _, n_classes] = logits.dims();
+                let logits = logits.reshape([batch_size * seq_len, n_classes]); // [batch * seq_len, n_classes]
+                let loss = loss_fn.forward(logits, targets.clone());
+                let grads = GradientsParams::from_grads(loss.backward(), &encoder);
+                model = Some(optim.step(config.optim.lr, encoder, grads));
+                sync(&device);
+                black_box(loss)
+            })
+        });
+    }
+}
+
 criterion_group! {
     name = benches;
     // Long sequences take seconds per iteration on two cores: ten samples and a short warm-up
@@ -243,6 +288,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5));
-    targets = attention_forward, attention_forward_backward, layers
+    targets = attention_forward, attention_forward_backward, layers, train_step
 }
 criterion_main!(benches);
