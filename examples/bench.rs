@@ -785,11 +785,14 @@ fn memory_parent(
         return serde_json::from_str(line).with_context(|| format!("child printed `{line}`"));
     }
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let why = stderr
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("no message");
+    // An allocation failure or a panic says why; the last line is often a backtrace hint.
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    let why = lines
+        .iter()
+        .position(|l| l.contains("memory allocation of") || l.contains("panicked at"))
+        .map(|i| lines[i..(i + 2).min(lines.len())].join(" "))
+        .or_else(|| lines.last().map(|l| l.to_string()))
+        .unwrap_or_else(|| "no message".to_string());
     let limit = if has_prlimit {
         format!(" (address-space limit {limit_gib} GiB)")
     } else {
