@@ -27,6 +27,7 @@ use std::time::Duration;
 use attn_core::{AttentionOptions, DEFAULT_BLOCK, Strategy, scaled_dot_product_attention};
 use attn_model::{Activation, EncoderBlockConfig, NormPlacement};
 use attn_train::TrainConfig;
+use attn_train::backend;
 use attn_train::random::Rng;
 use burn::nn::activation::ActivationConfig;
 use burn::nn::attention::{MhaInput, MultiHeadAttentionConfig};
@@ -67,20 +68,17 @@ const KERNELS: [(&str, Kernel); 6] = [
     ("burn_module_attention", Kernel::BurnAttention),
 ];
 
-/// Every backend this build can run, by name.
+/// Every backend compiled into this build (flex by default; ndarray, wgpu, ... by feature).
 fn devices() -> Vec<(&'static str, Device)> {
-    let mut devices = Vec::new();
-    #[cfg(feature = "flex")]
-    devices.push(("flex", Device::flex()));
-    #[cfg(feature = "ndarray")]
-    #[allow(deprecated)] // burn 0.22 deprecates ndarray in favour of flex; it still works.
-    devices.push(("ndarray", Device::ndarray()));
-    #[cfg(feature = "wgpu")]
-    devices.push((
-        "wgpu",
-        Device::wgpu(burn::tensor::DeviceKind::DefaultDevice),
-    ));
-    devices
+    backend::COMPILED
+        .iter()
+        .map(|&name| {
+            (
+                name,
+                backend::device(name).expect("a compiled-in backend has a device"),
+            )
+        })
+        .collect()
 }
 
 fn attend(kernel: Kernel, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
@@ -164,12 +162,15 @@ fn attention_forward_backward(c: &mut Criterion) {
 /// A layer from `[batch, seq_len, d_model]` to `[batch, seq_len, d_model]`.
 type Layer = Box<dyn Fn(Tensor<3>) -> Tensor<3>>;
 
+/// Builds a layer's module on a device.
+type BuildLayer = fn(&Device) -> Layer;
+
 /// Hidden width of the encoder block's feed-forward network (the paper's `4 · d_model`).
 const D_FF: usize = 4 * D_MODEL;
 
 /// The layers side by side, each built on a device; no dropout anywhere, post-norm and ReLU in
 /// both encoder blocks, so every pair does the same work.
-const LAYERS: [(&str, fn(&Device) -> Layer); 4] = [
+const LAYERS: [(&str, BuildLayer); 4] = [
     ("attn_mha", |device| {
         let mha = attn_model::MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
             .with_dropout(0.0)
