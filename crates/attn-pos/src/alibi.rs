@@ -142,7 +142,8 @@ pub fn try_alibi_bias(
 fn distance(seq_len_q: usize, seq_len_kv: usize, form: AlibiForm, device: &Device) -> Tensor<2> {
     // Bottom-right alignment: the last query is the last key's position.
     let first = seq_len_kv as i64 - seq_len_q as i64;
-    let query_pos = Tensor::<1, Int>::arange(first..first + seq_len_q as i64, device).reshape([seq_len_q, 1]); // [seq_len_q, 1]
+    let query_pos =
+        Tensor::<1, Int>::arange(first..first + seq_len_q as i64, device).reshape([seq_len_q, 1]); // [seq_len_q, 1]
     let key_pos = Tensor::<1, Int>::arange(0..seq_len_kv as i64, device).reshape([1, seq_len_kv]); // [1, seq_len_kv]
     let behind = query_pos - key_pos; // [seq_len_q, seq_len_kv]
     let distance = match form {
@@ -186,7 +187,10 @@ mod tests {
             let got = alibi_slopes(*n_heads);
             assert_eq!(got.len(), *n_heads);
             for (h, (g, e)) in got.iter().zip(expected).enumerate() {
-                assert!((g - e).abs() < 1e-12, "n_heads {n_heads}, head {h}: {g} vs {e}");
+                assert!(
+                    (g - e).abs() < 1e-12,
+                    "n_heads {n_heads}, head {h}: {g} vs {e}"
+                );
             }
         }
     }
@@ -197,7 +201,13 @@ mod tests {
         for_each_device(|d| {
             for (&n_heads, slopes) in &reference {
                 let (seq_len_q, seq_len_kv) = (3, 5);
-                let bias = alibi_bias(n_heads, seq_len_q, seq_len_kv, AlibiForm::Symmetric, &d.device);
+                let bias = alibi_bias(
+                    n_heads,
+                    seq_len_q,
+                    seq_len_kv,
+                    AlibiForm::Symmetric,
+                    &d.device,
+                );
                 assert_eq!(bias.dims(), [n_heads, seq_len_q, seq_len_kv]);
                 let mut expected = Vec::new();
                 for slope in slopes {
@@ -218,7 +228,13 @@ mod tests {
     fn causal_form_is_zero_after_the_query_and_linear_before() {
         for_each_device(|d| {
             let (n_heads, seq_len_q, seq_len_kv) = (3, 2, 5);
-            let bias = to_vec(alibi_bias(n_heads, seq_len_q, seq_len_kv, AlibiForm::Causal, &d.device));
+            let bias = to_vec(alibi_bias(
+                n_heads,
+                seq_len_q,
+                seq_len_kv,
+                AlibiForm::Causal,
+                &d.device,
+            ));
             let slopes = alibi_slopes(n_heads);
             for (h, slope) in slopes.iter().enumerate() {
                 for i in 0..seq_len_q {
@@ -226,8 +242,16 @@ mod tests {
                     let pos = i + 3;
                     for j in 0..seq_len_kv {
                         let got = bias[(h * seq_len_q + i) * seq_len_kv + j];
-                        let expected = if j <= pos { -(slope * (pos - j) as f64) as f32 } else { 0.0 };
-                        assert!((got - expected).abs() < 1e-6, "head {h} query {i} key {j}: {got} on {}", d.name);
+                        let expected = if j <= pos {
+                            -(slope * (pos - j) as f64) as f32
+                        } else {
+                            0.0
+                        };
+                        assert!(
+                            (got - expected).abs() < 1e-6,
+                            "head {h} query {i} key {j}: {got} on {}",
+                            d.name
+                        );
                     }
                 }
             }
@@ -259,7 +283,8 @@ mod tests {
             let q = rng.tensor([batch, n_heads, seq_len, d_head], &d.device);
             let k = Tensor::<4>::zeros([batch, n_heads, seq_len, d_head], &d.device);
             let v = rng.tensor([batch, n_heads, seq_len, d_head], &d.device);
-            let bias = alibi_bias(n_heads, seq_len, seq_len, AlibiForm::Causal, &d.device).unsqueeze::<4>(); // [1, n_heads, seq_len, seq_len]
+            let bias = alibi_bias(n_heads, seq_len, seq_len, AlibiForm::Causal, &d.device)
+                .unsqueeze::<4>(); // [1, n_heads, seq_len, seq_len]
             let options = AttentionOptions::new()
                 .with_bias(bias)
                 .with_causal(CausalAlignment::BottomRight)
@@ -273,10 +298,19 @@ mod tests {
                 for (h, slope) in slopes.iter().enumerate() {
                     let i = seq_len - 1;
                     let row = &weights[((b * n_heads + h) * seq_len + i) * seq_len..][..seq_len];
-                    let unnormalised: Vec<f64> = (0..seq_len).map(|j| (-slope * (i - j) as f64).exp()).collect();
+                    let unnormalised: Vec<f64> = (0..seq_len)
+                        .map(|j| (-slope * (i - j) as f64).exp())
+                        .collect();
                     let total: f64 = unnormalised.iter().sum();
-                    let expected: Vec<f32> = unnormalised.iter().map(|u| (u / total) as f32).collect();
-                    assert_close_slices(row, &expected, 1e-5, 1e-4, &format!("head {h} on {}", d.name));
+                    let expected: Vec<f32> =
+                        unnormalised.iter().map(|u| (u / total) as f32).collect();
+                    assert_close_slices(
+                        row,
+                        &expected,
+                        1e-5,
+                        1e-4,
+                        &format!("head {h} on {}", d.name),
+                    );
                 }
             }
         });

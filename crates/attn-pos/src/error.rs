@@ -87,9 +87,17 @@ mod tests {
         assert!(text.contains("seq_len 7"), "{text}");
         assert!(text.contains("offset 5"), "{text}");
         assert!(text.contains("max_len 11"), "{text}");
-        assert!(PosError::OddDModel { d_model: 13 }.to_string().contains("13"));
+        assert!(
+            PosError::OddDModel { d_model: 13 }
+                .to_string()
+                .contains("13")
+        );
         assert!(PosError::OddDHead { d_head: 9 }.to_string().contains('9'));
-        assert!(PosError::InvalidBase { base: 0.5 }.to_string().contains("0.5"));
+        assert!(
+            PosError::InvalidBase { base: 0.5 }
+                .to_string()
+                .contains("0.5")
+        );
         let mismatch = PosError::WidthMismatch {
             what: "d_head",
             expected: 6,

@@ -23,13 +23,18 @@ type RowFn = dyn Fn(usize, &mut [f64]) + Send + Sync;
 pub(crate) struct PositionTable {
     width: usize,
     fill: Arc<RowFn>,
-    /// One `[cached_len, width]` table per device, without autodiff: a constant.
-    per_device: Arc<Mutex<Vec<Tensor<2>>>>,
+    /// One `[cached_len, width]` table per device, without autodiff: a constant. Keyed by the
+    /// device as asked for, since a tensor may report a resolved device (a default wgpu device
+    /// reports the adapter it picked) that compares unequal to the one it was created on.
+    per_device: Arc<Mutex<Vec<(Device, Tensor<2>)>>>,
 }
 
 impl PositionTable {
     /// A table whose row for position `p` is written by `fill(p, row)`.
-    pub(crate) fn new(width: usize, fill: impl Fn(usize, &mut [f64]) + Send + Sync + 'static) -> Self {
+    pub(crate) fn new(
+        width: usize,
+        fill: impl Fn(usize, &mut [f64]) + Send + Sync + 'static,
+    ) -> Self {
         Self {
             width,
             fill: Arc::new(fill),
@@ -63,20 +68,20 @@ impl PositionTable {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         // Device equality ignores autodiff, so a training and an inference device share a table.
-        let found = tables.iter().position(|t| t.device() == *device);
+        let found = tables.iter().position(|(d, _)| d == device);
         match found {
-            Some(i) if tables[i].dims()[0] >= end => tables[i].clone(),
+            Some(i) if tables[i].1.dims()[0] >= end => tables[i].1.clone(),
             Some(i) => {
-                let [cached_len, _] = tables[i].dims();
+                let [cached_len, _] = tables[i].1.dims();
                 let new_len = capacity(end).max(2 * cached_len);
                 let tail = self.compute(cached_len, new_len, device); // [new_len - cached_len, width]
-                let grown = Tensor::cat(vec![tables[i].clone(), tail], 0); // [new_len, width]
-                tables[i] = grown.clone();
+                let grown = Tensor::cat(vec![tables[i].1.clone(), tail], 0); // [new_len, width]
+                tables[i].1 = grown.clone();
                 grown
             }
             None => {
                 let table = self.compute(0, capacity(end), device); // [capacity, width]
-                tables.push(table.clone());
+                tables.push((device.clone(), table.clone()));
                 table
             }
         }
@@ -103,8 +108,8 @@ impl PositionTable {
             .unwrap_or_else(PoisonError::into_inner);
         tables
             .iter()
-            .find(|t| t.device() == *device)
-            .map_or(0, |t| t.dims()[0])
+            .find(|(d, _)| d == device)
+            .map_or(0, |(_, t)| t.dims()[0])
     }
 }
 
@@ -119,7 +124,7 @@ impl fmt::Debug for PositionTable {
             .per_device
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let cached: Vec<usize> = tables.iter().map(|t| t.dims()[0]).collect();
+        let cached: Vec<usize> = tables.iter().map(|(_, t)| t.dims()[0]).collect();
         f.debug_struct("PositionTable")
             .field("width", &self.width)
             .field("cached_rows_per_device", &cached)
@@ -196,7 +201,12 @@ mod tests {
             let table = counting_table();
             let rows = table.rows(2, 5, &d.device);
             assert_eq!(rows.dims(), [2, 3], "{}", d.name);
-            assert_eq!(to_vec(rows), vec![5.0, 50.0, 500.0, 6.0, 60.0, 600.0], "{}", d.name);
+            assert_eq!(
+                to_vec(rows),
+                vec![5.0, 50.0, 500.0, 6.0, 60.0, 600.0],
+                "{}",
+                d.name
+            );
         });
     }
 
@@ -213,9 +223,25 @@ mod tests {
             // A far request jumps straight to the power of two that covers it.
             let rows = table.rows(2, 299, &d.device);
             assert_eq!(table.cached_len(&d.device), 512, "{}", d.name);
-            assert_eq!(to_vec(rows), vec![299.0, 2990.0, 29900.0, 300.0, 3000.0, 30000.0]);
+            assert_eq!(
+                to_vec(rows),
+                vec![299.0, 2990.0, 29900.0, 300.0, 3000.0, 30000.0]
+            );
             let early = table.rows(1, 7, &d.device);
             assert_eq!(to_vec(early), vec![7.0, 70.0, 700.0], "{}", d.name);
+        });
+    }
+
+    #[test]
+    fn repeated_requests_reuse_one_table_per_device() {
+        for_each_device(|d| {
+            let table = counting_table();
+            for step in 0..5 {
+                let _ = table.rows(1, step, &d.device);
+                let _ = table.rows(1, step, &d.device.clone().autodiff());
+            }
+            let tables = table.per_device.lock().expect("no panic held the lock");
+            assert_eq!(tables.len(), 1, "{}", d.name);
         });
     }
 

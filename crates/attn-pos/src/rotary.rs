@@ -166,7 +166,12 @@ impl RotaryEncoding {
     /// # Shapes
     ///
     /// - output: `([seq_len, d_head], [seq_len, d_head])`
-    pub fn cos_sin(&self, seq_len: usize, offset: usize, device: &Device) -> (Tensor<2>, Tensor<2>) {
+    pub fn cos_sin(
+        &self,
+        seq_len: usize,
+        offset: usize,
+        device: &Device,
+    ) -> (Tensor<2>, Tensor<2>) {
         let rows = self.table.rows(seq_len, offset, device); // [seq_len, 2 * d_head]
         let cos = rows.clone().narrow(1, 0, self.d_head); // [seq_len, d_head]
         let sin = rows.narrow(1, self.d_head, self.d_head); // [seq_len, d_head]
@@ -220,7 +225,9 @@ pub(crate) fn validate(d_head: usize, theta: f64) -> Result<(), PosError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attn_testing::{RefTensor, SeededRng, assert_close, assert_close_slices, for_each_device, to_vec};
+    use attn_testing::{
+        RefTensor, SeededRng, assert_close, assert_close_slices, for_each_device, to_vec,
+    };
     use serde::Deserialize;
 
     #[derive(Deserialize)]
@@ -269,14 +276,23 @@ mod tests {
         let r = reference();
         for_each_device(|d| {
             // The reference is one head of 50 positions: [50, 8] seen as [1, 1, 50, 8].
-            let x = r.x.tensor::<2>(&d.device).reshape([1, 1, r.len, r.head_dim]); // [1, 1, seq_len, d_head]
+            let x =
+                r.x.tensor::<2>(&d.device)
+                    .reshape([1, 1, r.len, r.head_dim]); // [1, 1, seq_len, d_head]
             for (pairing, expected) in [
                 (RotaryPairing::Interleaved, &r.interleaved),
                 (RotaryPairing::HalfSplit, &r.half_split),
             ] {
-                let rope = RotaryEncoding::new(r.head_dim, DEFAULT_THETA, pairing).expect("even d_head");
+                let rope =
+                    RotaryEncoding::new(r.head_dim, DEFAULT_THETA, pairing).expect("even d_head");
                 let out = rope.apply(x.clone(), 0).reshape([r.len, r.head_dim]); // [seq_len, d_head]
-                assert_close(out, expected, 1e-6, 0.0, &format!("{pairing:?} on {}", d.name));
+                assert_close(
+                    out,
+                    expected,
+                    1e-6,
+                    0.0,
+                    &format!("{pairing:?} on {}", d.name),
+                );
             }
         });
     }
@@ -312,7 +328,8 @@ mod tests {
             let mut rng = SeededRng::new(5);
             let (batch, n_heads, seq_len, d_head) = (2, 3, 7, 10);
             for pairing in [RotaryPairing::Interleaved, RotaryPairing::HalfSplit] {
-                let rope = RotaryEncoding::new(d_head, DEFAULT_THETA, pairing).expect("even d_head");
+                let rope =
+                    RotaryEncoding::new(d_head, DEFAULT_THETA, pairing).expect("even d_head");
                 for offset in [0, 4, 1000] {
                     let x = rng.tensor([batch, n_heads, seq_len, d_head], &d.device);
                     let out = rope.apply(x.clone(), offset);
@@ -336,7 +353,8 @@ mod tests {
             let mut rng = SeededRng::new(8);
             let d_head = 8;
             for pairing in [RotaryPairing::Interleaved, RotaryPairing::HalfSplit] {
-                let rope = RotaryEncoding::new(d_head, DEFAULT_THETA, pairing).expect("even d_head");
+                let rope =
+                    RotaryEncoding::new(d_head, DEFAULT_THETA, pairing).expect("even d_head");
                 for _ in 0..4 {
                     let q = rng.tensor([1, 1, 1, d_head], &d.device);
                     let k = rng.tensor([1, 1, 1, d_head], &d.device);
@@ -357,7 +375,11 @@ mod tests {
                     }
                     // And the score does change with the gap, so the test can fail.
                     let other = score(gap + 1, 0);
-                    assert!((other - base).abs() > 1e-6, "{pairing:?}: gap ignored on {}", d.name);
+                    assert!(
+                        (other - base).abs() > 1e-6,
+                        "{pairing:?}: gap ignored on {}",
+                        d.name
+                    );
                 }
             }
         });
@@ -368,7 +390,8 @@ mod tests {
         for_each_device(|d| {
             let mut rng = SeededRng::new(13);
             let (batch, n_heads, seq_len, d_head, offset) = (2, 3, 9, 4, 5);
-            let rope = RotaryEncoding::new(d_head, DEFAULT_THETA, RotaryPairing::HalfSplit).expect("even d_head");
+            let rope = RotaryEncoding::new(d_head, DEFAULT_THETA, RotaryPairing::HalfSplit)
+                .expect("even d_head");
             let x = rng.tensor([batch, n_heads, seq_len, d_head], &d.device);
             let whole = rope.apply(x.clone(), 0).narrow(2, offset, seq_len - offset); // [batch, n_heads, seq_len - offset, d_head]
             let tail = rope.apply(x.narrow(2, offset, seq_len - offset), offset); // [batch, n_heads, seq_len - offset, d_head]
@@ -377,21 +400,45 @@ mod tests {
     }
 
     #[test]
-    fn pairings_differ() {
-        let device = Device::flex();
-        let x = Tensor::<4>::from_floats([[[[1.0, 2.0, 3.0, 4.0]]]], &device); // [1, 1, 1, 4]
-        let inter = RotaryEncoding::new(4, DEFAULT_THETA, RotaryPairing::Interleaved).expect("even d_head");
-        let split = RotaryEncoding::new(4, DEFAULT_THETA, RotaryPairing::HalfSplit).expect("even d_head");
-        let a = to_vec(inter.apply(x.clone(), 1));
-        let b = to_vec(split.apply(x, 1));
-        assert!((a[1] - b[1]).abs() > 0.1, "{a:?} vs {b:?}");
+    fn pairings_rotate_different_features_together() {
+        for_each_device(|d| {
+            let x = Tensor::<4>::from_floats([[[[1.0, 2.0, 3.0, 4.0]]]], &d.device); // [1, 1, 1, 4]
+            let (c1, s1) = (1f32.cos(), 1f32.sin());
+            let (c2, s2) = (0.01f32.cos(), 0.01f32.sin());
+            // Position 1, ω = (1, 0.01). Interleaved rotates (1, 2) by 1 and (3, 4) by 0.01.
+            let inter = RotaryEncoding::new(4, DEFAULT_THETA, RotaryPairing::Interleaved)
+                .expect("even d_head");
+            let expected = [
+                c1 - 2.0 * s1,
+                s1 + 2.0 * c1,
+                3.0 * c2 - 4.0 * s2,
+                3.0 * s2 + 4.0 * c2,
+            ];
+            assert_close_slices(
+                &to_vec(inter.apply(x.clone(), 1)),
+                &expected,
+                1e-6,
+                1e-6,
+                d.name,
+            );
+            // Half-split rotates (1, 3) by 1 and (2, 4) by 0.01.
+            let split = RotaryEncoding::new(4, DEFAULT_THETA, RotaryPairing::HalfSplit)
+                .expect("even d_head");
+            let expected = [
+                c1 - 3.0 * s1,
+                2.0 * c2 - 4.0 * s2,
+                s1 + 3.0 * c1,
+                2.0 * s2 + 4.0 * c2,
+            ];
+            assert_close_slices(&to_vec(split.apply(x, 1)), &expected, 1e-6, 1e-6, d.name);
+        });
     }
 
     #[test]
     fn rejects_bad_settings_and_widths() {
         assert_eq!(
-            RotaryEncoding::new(7, DEFAULT_THETA, RotaryPairing::Interleaved).err().map(|e| e.to_string()),
-            Some(PosError::OddDHead { d_head: 7 }.to_string())
+            RotaryEncoding::new(7, DEFAULT_THETA, RotaryPairing::Interleaved).err(),
+            Some(PosError::OddDHead { d_head: 7 })
         );
         assert!(matches!(
             RotaryEncoding::new(0, DEFAULT_THETA, RotaryPairing::HalfSplit),
@@ -406,7 +453,8 @@ mod tests {
                 "theta {theta} accepted"
             );
         }
-        let rope = RotaryEncoding::new(4, DEFAULT_THETA, RotaryPairing::Interleaved).expect("even d_head");
+        let rope =
+            RotaryEncoding::new(4, DEFAULT_THETA, RotaryPairing::Interleaved).expect("even d_head");
         let x = Tensor::<4>::zeros([1, 2, 3, 6], &Device::flex());
         assert_eq!(
             rope.try_apply(x, 0).err(),

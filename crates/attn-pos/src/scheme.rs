@@ -233,7 +233,11 @@ mod tests {
                 scheme.biases_scores(),
             ];
             let expected = usize::from(scheme != PositionalScheme::None);
-            assert_eq!(places.iter().filter(|&&p| p).count(), expected, "{scheme:?}");
+            assert_eq!(
+                places.iter().filter(|&&p| p).count(),
+                expected,
+                "{scheme:?}"
+            );
         }
         assert!(PositionalScheme::learned(5).is_trained());
         assert!(!PositionalScheme::sinusoidal().is_trained());

@@ -188,7 +188,9 @@ fn inverse_frequencies(d_model: usize, base: f64) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attn_testing::{RefTensor, SeededRng, assert_close, assert_tensors_close, for_each_device, to_vec};
+    use attn_testing::{
+        RefTensor, SeededRng, assert_close, assert_tensors_close, for_each_device, to_vec,
+    };
     use serde::Deserialize;
 
     #[derive(Deserialize)]
@@ -213,7 +215,13 @@ mod tests {
         for_each_device(|d| {
             let pe = SinusoidalEncoding::standard(r.d_model).expect("even d_model");
             let table = pe.table(r.len, 0, &d.device);
-            assert_close(table, &r.pe, 1e-6, 0.0, &format!("sinusoidal table on {}", d.name));
+            assert_close(
+                table,
+                &r.pe,
+                1e-6,
+                0.0,
+                &format!("sinusoidal table on {}", d.name),
+            );
         });
     }
 
@@ -261,8 +269,8 @@ mod tests {
             let out = pe.forward(x.clone(), offset);
             let table = pe.table(seq_len, offset, &d.device);
             for b in 0..batch {
-                let row = out.clone().narrow(0, b, 1).reshape([seq_len, d_model]);
-                let x_row = x.clone().narrow(0, b, 1).reshape([seq_len, d_model]);
+                let row = out.clone().narrow(0, b, 1).reshape([seq_len, d_model]); // [seq_len, d_model]
+                let x_row = x.clone().narrow(0, b, 1).reshape([seq_len, d_model]); // [seq_len, d_model]
                 assert_tensors_close(row - x_row, table.clone(), 1e-6, 0.0, d.name);
             }
         });
@@ -310,7 +318,10 @@ mod tests {
         );
         for base in [1.0, 0.5, -3.0, f64::NAN, f64::INFINITY] {
             assert!(
-                matches!(SinusoidalEncoding::new(8, base), Err(PosError::InvalidBase { .. })),
+                matches!(
+                    SinusoidalEncoding::new(8, base),
+                    Err(PosError::InvalidBase { .. })
+                ),
                 "base {base} accepted"
             );
         }
