@@ -42,5 +42,9 @@ fn main() -> Result<ExitCode> {
         println!("{}", serde_json::to_string(report)?);
     }
     eprintln!("{} checks, {} over tolerance", reports.len(), failed);
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -76,7 +76,8 @@ const PANEL: u32 = 330;
 fn main() -> Result<()> {
     let args = Args::parse();
     let device = backend::device(&args.device).context("choosing the backend")?;
-    let config = read_config(&args.dir).with_context(|| format!("reading the run in {}", args.dir.display()))?;
+    let config = read_config(&args.dir)
+        .with_context(|| format!("reading the run in {}", args.dir.display()))?;
     let checkpoint = find_checkpoint(&args.dir, args.step)?;
 
     // The same model the run built, then the saved weights poured into it.
@@ -88,7 +89,12 @@ fn main() -> Result<()> {
     let model: TokenEncoder = model
         .try_load_file(&weights_file)
         .map_err(|e| anyhow!("loading {}: {e}", weights_file.display()))?;
-    println!("{}: task {}, checkpoint {}", args.dir.display(), config.task.kind, checkpoint.display());
+    println!(
+        "{}: task {}, checkpoint {}",
+        args.dir.display(),
+        config.task.kind,
+        checkpoint.display()
+    );
 
     let (tokens, targets) = config.task.example(&mut Rng::new(args.example));
     let seq_len = tokens.len();
@@ -109,7 +115,10 @@ fn main() -> Result<()> {
                 .chunks(seq_len)
                 .map(|row| argmax(row).to_string())
                 .collect();
-            println!("layer {layer} head {head}: strongest key per query {}", strongest.join(" "));
+            println!(
+                "layer {layer} head {head}: strongest key per query {}",
+                strongest.join(" ")
+            );
             maps.push((layer, head, map.to_vec()));
         }
     }
@@ -127,26 +136,38 @@ fn find_checkpoint(dir: &Path, step: Option<usize>) -> Result<PathBuf> {
         Some(step) => {
             let path = dir.join(CHECKPOINTS).join(format!("step-{step:06}"));
             if !path.is_dir() {
-                bail!("no checkpoint for step {step}: {} does not exist", path.display());
+                bail!(
+                    "no checkpoint for step {step}: {} does not exist",
+                    path.display()
+                );
             }
             Ok(path)
         }
         None => checkpoint::latest(dir)
             .with_context(|| format!("finding the latest checkpoint in {}", dir.display()))?
             .with_context(|| {
-                format!("{} holds no checkpoint; train with `attn-train --out {}` first", dir.display(), dir.display())
+                format!(
+                    "{} holds no checkpoint; train with `attn-train --out {}` first",
+                    dir.display(),
+                    dir.display()
+                )
             }),
     }
 }
 
 fn checkpoint_name(path: &Path) -> String {
-    path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
 }
 
 /// Prints the input, the expected classes and the model's, marking the scored positions.
 fn print_answer(config: &TrainConfig, names: &[String], targets: &[i64], answer: &[i64]) {
     let ignored = config.task.ignored_class().map(|c| c as i64);
-    let class = |c: i64| config.task.class_name(usize::try_from(c).unwrap_or(usize::MAX));
+    let class = |c: i64| {
+        config
+            .task
+            .class_name(usize::try_from(c).unwrap_or(usize::MAX))
+    };
     println!("input:    {}", names.join(" "));
     let mut wanted = Vec::new();
     let mut got = Vec::new();
@@ -155,7 +176,11 @@ fn print_answer(config: &TrainConfig, names: &[String], targets: &[i64], answer:
             continue;
         }
         wanted.push(class(t));
-        got.push(if a == t { class(a) } else { format!("{}*", class(a)) });
+        got.push(if a == t {
+            class(a)
+        } else {
+            format!("{}*", class(a))
+        });
     }
     println!("expected: {}", wanted.join(" "));
     println!("model:    {}   (* = wrong)", got.join(" "));
@@ -165,13 +190,22 @@ fn print_answer(config: &TrainConfig, names: &[String], targets: &[i64], answer:
 fn argmax(row: &[f32]) -> usize {
     row.iter()
         .enumerate()
-        .fold((0, f32::MIN), |best, (i, &w)| if w > best.1 { (i, w) } else { best })
+        .fold(
+            (0, f32::MIN),
+            |best, (i, &w)| if w > best.1 { (i, w) } else { best },
+        )
         .0
 }
 
 /// One picture: a grid of heatmaps, a row per layer and a column per head.
-fn draw(path: &Path, title: &str, maps: &[(usize, usize, Vec<f32>)], tokens: &[String]) -> Result<()> {
-    register_font(FAMILY, FontStyle::Normal, FONT).map_err(|_| anyhow!("the bundled DejaVu Sans font does not parse"))?;
+fn draw(
+    path: &Path,
+    title: &str,
+    maps: &[(usize, usize, Vec<f32>)],
+    tokens: &[String],
+) -> Result<()> {
+    register_font(FAMILY, FontStyle::Normal, FONT)
+        .map_err(|_| anyhow!("the bundled DejaVu Sans font does not parse"))?;
     let n_layers = maps.iter().map(|(l, _, _)| l + 1).max().unwrap_or(0);
     let n_heads = maps.iter().map(|(_, h, _)| h + 1).max().unwrap_or(0);
     let size = (PANEL * n_heads as u32, PANEL * n_layers as u32 + 40);
@@ -187,10 +221,21 @@ fn draw(path: &Path, title: &str, maps: &[(usize, usize, Vec<f32>)], tokens: &[S
 }
 
 /// One head's weights, query `i` as row `i` from the top, key `j` as column `j`.
-fn panel_heatmap(area: &DrawingArea<BitMapBackend<'_>, Shift>, title: &str, weights: &[f32], tokens: &[String]) -> Result<()> {
+fn panel_heatmap(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    title: &str,
+    weights: &[f32],
+    tokens: &[String],
+) -> Result<()> {
     let seq_len = tokens.len();
     // Long sequences get position numbers instead of words, which would overlap.
-    let label = |i: usize| if seq_len <= 20 { tokens[i].clone() } else { i.to_string() };
+    let label = |i: usize| {
+        if seq_len <= 20 {
+            tokens[i].clone()
+        } else {
+            i.to_string()
+        }
+    };
     let every = seq_len.div_ceil(20);
     let name = |v: &SegmentValue<usize>, flip: bool| match v {
         SegmentValue::CenterOf(i) if *i < seq_len && i % every == 0 => {
@@ -233,9 +278,18 @@ fn panel_heatmap(area: &DrawingArea<BitMapBackend<'_>, Shift>, title: &str, weig
 
 /// A weight in `[0, 1]` as a colour: a five-stop viridis ramp, dark purple to yellow.
 fn viridis(w: f32) -> RGBColor {
-    const STOPS: [[f32; 3]; 5] =
-        [[68.0, 1.0, 84.0], [59.0, 82.0, 139.0], [33.0, 145.0, 140.0], [94.0, 201.0, 98.0], [253.0, 231.0, 37.0]];
-    let x = if w.is_finite() { w.clamp(0.0, 1.0) } else { 0.0 } * 4.0;
+    const STOPS: [[f32; 3]; 5] = [
+        [68.0, 1.0, 84.0],
+        [59.0, 82.0, 139.0],
+        [33.0, 145.0, 140.0],
+        [94.0, 201.0, 98.0],
+        [253.0, 231.0, 37.0],
+    ];
+    let x = if w.is_finite() {
+        w.clamp(0.0, 1.0)
+    } else {
+        0.0
+    } * 4.0;
     let i = (x.floor() as usize).min(3);
     let t = x - i as f32;
     let mix = |k: usize| (STOPS[i][k] + t * (STOPS[i + 1][k] - STOPS[i][k])).round() as u8;
@@ -244,7 +298,9 @@ fn viridis(w: f32) -> RGBColor {
 
 /// A tensor's values, converted to `T`, row-major.
 fn values<T: burn::tensor::Element>(data: TensorData) -> Result<Vec<T>> {
-    data.convert::<T>().to_vec::<T>().map_err(|e| anyhow!("reading a tensor back: {e:?}"))
+    data.convert::<T>()
+        .try_to_vec::<T>()
+        .map_err(|e| anyhow!("reading a tensor back: {e:?}"))
 }
 
 fn plot_error(e: impl std::fmt::Display) -> anyhow::Error {

@@ -77,11 +77,17 @@ fn main() -> Result<()> {
 
     let path = args.out.join("sinusoidal.png");
     let gap = sinusoidal(&path, args.d_model, args.seq_len, &device)?;
-    println!("wrote {} (largest gap between its two curves: {gap:.1e})", path.display());
+    println!(
+        "wrote {} (largest gap between its two curves: {gap:.1e})",
+        path.display()
+    );
 
     let path = args.out.join("rotary.png");
     let gap = rotary(&path, args.d_head, &device)?;
-    println!("wrote {} (largest gap between its two curves: {gap:.1e})", path.display());
+    println!(
+        "wrote {} (largest gap between its two curves: {gap:.1e})",
+        path.display()
+    );
     Ok(())
 }
 
@@ -99,7 +105,9 @@ fn sinusoidal(path: &Path, d_model: usize, seq_len: usize, device: &Device) -> R
     let curves: Vec<(String, Vec<(f64, f64)>)> = starts
         .iter()
         .map(|&p| {
-            let points = (0..offsets).map(|k| (k as f64, dot(row(p), row(p + k)))).collect();
+            let points = (0..offsets)
+                .map(|k| (k as f64, dot(row(p), row(p + k))))
+                .collect();
             (format!("p = {p}"), points)
         })
         .collect();
@@ -109,7 +117,14 @@ fn sinusoidal(path: &Path, d_model: usize, seq_len: usize, device: &Device) -> R
     root.fill(&WHITE).map_err(plot_error)?;
     let (left, right) = root.split_horizontally(620);
     let title = format!("Sinusoidal table, d_model = {d_model}: PE(pos, feature)");
-    heatmap(&left, &title, &table, seq_len, d_model, ("feature", "position"))?;
+    heatmap(
+        &left,
+        &title,
+        &table,
+        seq_len,
+        d_model,
+        ("feature", "position"),
+    )?;
     let title = "PE(p)·PE(p + k): depends on k only";
     line_plot(&right, title, ("offset k", "dot product"), &curves)?;
     root.present().map_err(plot_error)?;
@@ -153,7 +168,11 @@ fn rotary(path: &Path, d_head: usize, device: &Device) -> Result<f64> {
             let queries = at_every(q.clone(), n); // positions n..n + window
             let key = rope.apply(k.clone(), n); // [1, 1, 1, d_head], position n
             let scores = read(queries.matmul(key.swap_dims(2, 3)))?; // [1, 1, window, 1]
-            let points = scores.iter().enumerate().map(|(m, &s)| (m as f64, s)).collect();
+            let points = scores
+                .iter()
+                .enumerate()
+                .map(|(m, &s)| (m as f64, s))
+                .collect();
             Ok((format!("key at n = {n}"), points))
         })
         .collect::<Result<_>>()?;
@@ -162,7 +181,11 @@ fn rotary(path: &Path, d_head: usize, device: &Device) -> Result<f64> {
     let root = BitMapBackend::new(path, (1300, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
     let (left, right) = root.split_horizontally(560);
-    circle_plot(&left, &format!("Rotary, d_head = {d_head}: (1, 0) at positions 0..{steps}"), &circles)?;
+    circle_plot(
+        &left,
+        &format!("Rotary, d_head = {d_head}: (1, 0) at positions 0..{steps}"),
+        &circles,
+    )?;
     let title = "rope(q, m)·rope(k, n): depends on m − n only";
     line_plot(&right, title, ("distance m − n", "score"), &curves)?;
     root.present().map_err(plot_error)?;
@@ -277,11 +300,16 @@ fn circle_plot(
         let t = i as f64 / 100.0 * std::f64::consts::TAU;
         (t.cos(), t.sin())
     });
-    chart.draw_series(LineSeries::new(circle, BLACK.mix(0.2))).map_err(plot_error)?;
+    chart
+        .draw_series(LineSeries::new(circle, BLACK.mix(0.2)))
+        .map_err(plot_error)?;
     for (i, (name, points)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         chart
-            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(1)))
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(1),
+            ))
             .map_err(plot_error)?;
         chart
             .draw_series(points.iter().map(|&p| Circle::new(p, 4, color.filled())))
@@ -312,13 +340,16 @@ fn diverging(x: f64) -> RGBColor {
 
 /// The largest difference between the y values of two curves over their common x values.
 fn largest_gap(a: &[(f64, f64)], b: &[(f64, f64)]) -> f64 {
-    a.iter().zip(b).map(|((_, y), (_, z))| (y - z).abs()).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|((_, y), (_, z))| (y - z).abs())
+        .fold(0.0, f64::max)
 }
 
 fn read<const D: usize>(t: Tensor<D>) -> Result<Vec<f64>> {
     let values = t
         .into_data()
-        .to_vec::<f32>()
+        .try_to_vec::<f32>()
         .map_err(|e| anyhow!("reading a tensor back: {e:?}"))?;
     Ok(values.into_iter().map(f64::from).collect())
 }

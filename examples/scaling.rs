@@ -85,19 +85,24 @@ fn main() -> Result<()> {
         let q = Tensor::<4>::random([1, 1, args.rows, d_k], normal, &device); // [1, 1, rows, d_k]
         let k = Tensor::<4>::random([1, 1, args.seq_len_kv, d_k], normal, &device); // [1, 1, seq_len_kv, d_k]
         let scales = [1.0, 1.0 / (d_k as f64).sqrt(), 1.0 / d_k as f64];
-        let stats = scales
-            .map(|scale| stats(scaled_scores(q.clone(), k.clone(), scale), args.seq_len_kv));
+        let stats =
+            scales.map(|scale| stats(scaled_scores(q.clone(), k.clone(), scale), args.seq_len_kv));
         table.push((d_k, stats));
     }
 
     println!("\nVariance of the scores q·k · scale");
-    println!("{:>6} | {:>12} {:>12} {:>12}", "d_k", "scale 1", "1/√d_k", "1/d_k");
+    println!(
+        "{:>6} | {:>12} {:>12} {:>12}",
+        "d_k", "scale 1", "1/√d_k", "1/d_k"
+    );
     for (d_k, [none, sqrt, full]) in &table {
         let [a, b, c] = [none, sqrt, full].map(|s| s.variance);
         println!("{d_k:>6} | {a:>12.3} {b:>12.3} {c:>12.5}");
     }
 
-    println!("\nSoftmax of those scores: mean largest weight, and mean 1−Σw² (how much the weights can still move)");
+    println!(
+        "\nSoftmax of those scores: mean largest weight, and mean 1−Σw² (how much the weights can still move)"
+    );
     println!(
         "{:>6} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9}",
         "d_k", "max w:1", "1/√d_k", "1/d_k", "1−Σw²:1", "1/√d_k", "1/d_k"
@@ -130,12 +135,16 @@ fn stats(scores: Tensor<4>, seq_len_kv: usize) -> Stats {
         max_weight += row.iter().copied().fold(0.0, f64::max);
         slope += 1.0 - row.iter().map(|x| x * x).sum::<f64>();
     }
-    Stats { variance, max_weight: max_weight / rows as f64, slope: slope / rows as f64 }
+    Stats {
+        variance,
+        max_weight: max_weight / rows as f64,
+        slope: slope / rows as f64,
+    }
 }
 
 fn read(t: Tensor<4>) -> Vec<f64> {
     t.into_data()
-        .to_vec::<f32>()
+        .try_to_vec::<f32>()
         .expect("a float tensor reads back as f32")
         .into_iter()
         .map(f64::from)

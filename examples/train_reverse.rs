@@ -93,7 +93,10 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    ensure!(args.seq_len >= 2 && args.vocab >= 2, "seq_len and vocab must be at least 2");
+    ensure!(
+        args.seq_len >= 2 && args.vocab >= 2,
+        "seq_len and vocab must be at least 2"
+    );
     ensure!(args.eval_every > 0, "eval_every must be at least 1");
     let device = backend::device(&args.device).context("choosing the backend")?;
     // Gradients are recorded only for tensors on an autodiff device.
@@ -116,7 +119,10 @@ fn main() -> Result<()> {
     .with_final_norm(true);
     let mut model: TokenEncoder = config.init(&train_device).context("building the model")?;
     // Adam with the paper's β₂ = 0.98 and ε = 1e-9 (§5.3).
-    let mut optim = AdamConfig::new().with_beta_2(0.98).with_epsilon(1e-9).init();
+    let mut optim = AdamConfig::new()
+        .with_beta_2(0.98)
+        .with_epsilon(1e-9)
+        .init();
     let loss_fn = CrossEntropyLossConfig::new().init(&train_device);
     println!(
         "reverse: seq_len {}, vocab {}; model d_model {}, {} heads, {} layers, d_ff {}, {} parameters, positions {:?}",
@@ -131,8 +137,16 @@ fn main() -> Result<()> {
     );
 
     let mut data = Rng::new(args.seed);
-    let held_out = reverse_batch(&mut Rng::new(args.seed ^ 0xE7A1), 512, args.seq_len, args.vocab);
-    println!("{:>6} {:>10} {:>10} {:>10} {:>10}", "step", "lr", "train loss", "token acc", "seq acc");
+    let held_out = reverse_batch(
+        &mut Rng::new(args.seed ^ 0xE7A1),
+        512,
+        args.seq_len,
+        args.vocab,
+    );
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>10}",
+        "step", "lr", "train loss", "token acc", "seq acc"
+    );
     for step in 1..=args.steps {
         // 1. A batch.
         let (x, y) = reverse_batch(&mut data, args.batch_size, args.seq_len, args.vocab);
@@ -157,13 +171,29 @@ fn main() -> Result<()> {
 
     println!("\nheld-out examples (input → output, * marks a wrong token):");
     let (x, _) = &held_out;
-    let predictions = predict(&model.valid(), x, x.len() / args.seq_len, args.seq_len, &device)?;
-    for (input, output) in x.chunks(args.seq_len).zip(predictions.chunks(args.seq_len)).take(4) {
+    let predictions = predict(
+        &model.valid(),
+        x,
+        x.len() / args.seq_len,
+        args.seq_len,
+        &device,
+    )?;
+    for (input, output) in x
+        .chunks(args.seq_len)
+        .zip(predictions.chunks(args.seq_len))
+        .take(4)
+    {
         let wanted = input.iter().rev();
         let shown: Vec<String> = output
             .iter()
             .zip(wanted)
-            .map(|(o, w)| if o == w { format!("{o}") } else { format!("{o}*") })
+            .map(|(o, w)| {
+                if o == w {
+                    format!("{o}")
+                } else {
+                    format!("{o}*")
+                }
+            })
             .collect();
         println!("  {input:?} → [{}]", shown.join(", "));
     }
@@ -171,9 +201,19 @@ fn main() -> Result<()> {
 }
 
 /// `batch` random sequences and their reversals, row-major `[batch, seq_len]`.
-fn reverse_batch(rng: &mut Rng, batch: usize, seq_len: usize, vocab: usize) -> (Vec<i64>, Vec<i64>) {
-    let x: Vec<i64> = (0..batch * seq_len).map(|_| rng.below(vocab) as i64).collect();
-    let y = x.chunks(seq_len).flat_map(|row| row.iter().rev().copied()).collect();
+fn reverse_batch(
+    rng: &mut Rng,
+    batch: usize,
+    seq_len: usize,
+    vocab: usize,
+) -> (Vec<i64>, Vec<i64>) {
+    let x: Vec<i64> = (0..batch * seq_len)
+        .map(|_| rng.below(vocab) as i64)
+        .collect();
+    let y = x
+        .chunks(seq_len)
+        .flat_map(|row| row.iter().rev().copied())
+        .collect();
     (x, y)
 }
 
@@ -196,18 +236,29 @@ fn token_loss(loss_fn: &CrossEntropyLoss, logits: Tensor<3>, targets: Tensor<2, 
 }
 
 /// The model's most likely token at every position, row-major `[batch, seq_len]`.
-fn predict(model: &TokenEncoder, x: &[i64], batch: usize, seq_len: usize, device: &Device) -> Result<Vec<i64>> {
+fn predict(
+    model: &TokenEncoder,
+    x: &[i64],
+    batch: usize,
+    seq_len: usize,
+    device: &Device,
+) -> Result<Vec<i64>> {
     let logits = model.forward(tensor(x, batch, seq_len, device)); // [batch, seq_len, vocab]
     logits
         .argmax(2) // [batch, seq_len, 1]
         .into_data()
         .convert::<i64>()
-        .to_vec::<i64>()
+        .try_to_vec::<i64>()
         .map_err(|e| anyhow!("reading predictions back: {e:?}"))
 }
 
 /// Token accuracy and whole-sequence accuracy on `(x, y)`.
-fn accuracy(model: &TokenEncoder, (x, y): &(Vec<i64>, Vec<i64>), seq_len: usize, device: &Device) -> Result<(f64, f64)> {
+fn accuracy(
+    model: &TokenEncoder,
+    (x, y): &(Vec<i64>, Vec<i64>),
+    seq_len: usize,
+    device: &Device,
+) -> Result<(f64, f64)> {
     let batch = x.len() / seq_len;
     let predictions = predict(model, x, batch, seq_len, device)?;
     let right = predictions.iter().zip(y).filter(|(p, t)| p == t).count();

@@ -104,9 +104,22 @@ fn main() -> Result<()> {
 
     section("\"apple\" before and after attention");
     let alone = embedding("apple").expect("apple has an embedding");
-    println!("  embedding alone        fruit {:.3}  company {:.3}", alone[0], alone[1]);
-    println!("  in \"{}\"  fruit {:.3}  company {:.3}", fruit.join(" "), apple_fruit[0], apple_fruit[1]);
-    println!("  in \"{}\" fruit {:.3}  company {:.3}", company.join(" "), apple_company[0], apple_company[1]);
+    println!(
+        "  embedding alone        fruit {:.3}  company {:.3}",
+        alone[0], alone[1]
+    );
+    println!(
+        "  in \"{}\"  fruit {:.3}  company {:.3}",
+        fruit.join(" "),
+        apple_fruit[0],
+        apple_fruit[1]
+    );
+    println!(
+        "  in \"{}\" fruit {:.3}  company {:.3}",
+        company.join(" "),
+        apple_company[0],
+        apple_company[1]
+    );
 
     order_does_not_matter(&fruit, &device)?;
     cross_attention(&["我", "吃", "苹果"], &fruit, &device)?;
@@ -118,22 +131,57 @@ fn main() -> Result<()> {
 fn walk_through(tokens: &[&str], device: &Device) -> Result<Vec<f32>> {
     section(&format!("Sentence: \"{}\"", tokens.join(" ")));
     let x = embed(tokens, device)?; // [seq_len, d_model]
-    print_matrix("X, embeddings", tokens, &["fruit", "company", "cue", "ambig"], &x);
+    print_matrix(
+        "X, embeddings",
+        tokens,
+        &["fruit", "company", "cue", "ambig"],
+        &x,
+    );
 
     let [q, k, v] = project(x.clone(), device); // each [1, 1, seq_len, d]
-    print_matrix("Q = X·W_q  (what I look for)", tokens, &["w.cue", "w.ambig"], &q);
-    print_matrix("K = X·W_k  (the label I offer)", tokens, &["cue", "ambig"], &k);
+    print_matrix(
+        "Q = X·W_q  (what I look for)",
+        tokens,
+        &["w.cue", "w.ambig"],
+        &q,
+    );
+    print_matrix(
+        "K = X·W_k  (the label I offer)",
+        tokens,
+        &["cue", "ambig"],
+        &k,
+    );
     print_matrix("V = X·W_v  (my content)", tokens, &["fruit", "company"], &v);
 
     let scores = scaled_scores(q.clone(), k.clone(), 1.0); // [1, 1, seq_len, seq_len]
-    print_matrix("Q·Kᵀ, raw scores (row: query, column: key)", tokens, tokens, &scores);
+    print_matrix(
+        "Q·Kᵀ, raw scores (row: query, column: key)",
+        tokens,
+        tokens,
+        &scores,
+    );
     let scale = 1.0 / (D_K as f64).sqrt();
     let scaled = scaled_scores(q.clone(), k.clone(), scale); // [1, 1, seq_len, seq_len]
-    print_matrix(&format!("Q·Kᵀ / √d_k = Q·Kᵀ · {scale:.4}"), tokens, tokens, &scaled);
+    print_matrix(
+        &format!("Q·Kᵀ / √d_k = Q·Kᵀ · {scale:.4}"),
+        tokens,
+        tokens,
+        &scaled,
+    );
     let weights = safe_softmax(scaled); // [1, 1, seq_len, seq_len]
-    print_matrix("softmax(Q·Kᵀ / √d_k), weights (each row sums to 1)", tokens, tokens, &weights);
+    print_matrix(
+        "softmax(Q·Kᵀ / √d_k), weights (each row sums to 1)",
+        tokens,
+        tokens,
+        &weights,
+    );
     let output = weights.clone().matmul(v.clone()); // [1, 1, seq_len, d_v]
-    print_matrix("weights · V, output", tokens, &["fruit", "company"], &output);
+    print_matrix(
+        "weights · V, output",
+        tokens,
+        &["fruit", "company"],
+        &output,
+    );
 
     // The library's entry point, forced onto the readable path so that it returns the weights.
     let options = AttentionOptions::new()
@@ -147,9 +195,15 @@ fn walk_through(tokens: &[&str], device: &Device) -> Result<Vec<f32>> {
         "scaled_dot_product_attention (explicit, need_weights) agrees: \
          largest difference {diff_w:.1e} in the weights, {diff_o:.1e} in the output"
     );
-    ensure!(diff_w < 1e-6 && diff_o < 1e-6, "the steps and the library disagree");
+    ensure!(
+        diff_w < 1e-6 && diff_o < 1e-6,
+        "the steps and the library disagree"
+    );
 
-    let apple = tokens.iter().position(|t| *t == "apple").context("the sentence has no apple")?;
+    let apple = tokens
+        .iter()
+        .position(|t| *t == "apple")
+        .context("the sentence has no apple")?;
     let rows = values(&output)?;
     Ok(rows[apple * D_V..(apple + 1) * D_V].to_vec())
 }
@@ -157,19 +211,32 @@ fn walk_through(tokens: &[&str], device: &Device) -> Result<Vec<f32>> {
 /// Shuffles the sentence: the output rows are shuffled the same way and are otherwise equal.
 fn order_does_not_matter(tokens: &[&str], device: &Device) -> Result<()> {
     let shuffled: Vec<&str> = [4, 3, 0, 2, 1].iter().map(|&i| tokens[i]).collect();
-    section(&format!("Order: \"{}\" against \"{}\"", tokens.join(" "), shuffled.join(" ")));
+    section(&format!(
+        "Order: \"{}\" against \"{}\"",
+        tokens.join(" "),
+        shuffled.join(" ")
+    ));
     let run = |words: &[&str]| -> Result<Tensor<4>> {
         let [q, k, v] = project(embed(words, device)?, device);
         Ok(safe_softmax(scaled_scores(q, k, 1.0 / (D_K as f64).sqrt())).matmul(v))
     };
     let original = values(&run(tokens)?)?;
     let reordered = values(&run(&shuffled)?)?;
-    println!("{:>10}  {:>17}  {:>17}", "token", "output in order", "output shuffled");
+    println!(
+        "{:>10}  {:>17}  {:>17}",
+        "token", "output in order", "output shuffled"
+    );
     for (i, token) in tokens.iter().enumerate() {
-        let j = shuffled.iter().position(|t| t == token).expect("same words");
+        let j = shuffled
+            .iter()
+            .position(|t| t == token)
+            .expect("same words");
         let a = &original[i * D_V..(i + 1) * D_V];
         let b = &reordered[j * D_V..(j + 1) * D_V];
-        println!("{token:>10}  {:>8.3}{:>9.3}  {:>8.3}{:>9.3}", a[0], a[1], b[0], b[1]);
+        println!(
+            "{token:>10}  {:>8.3}{:>9.3}  {:>8.3}{:>9.3}",
+            a[0], a[1], b[0], b[1]
+        );
     }
     println!("Same numbers, rows moved: without positional encodings the order is invisible.");
     Ok(())
@@ -190,8 +257,16 @@ fn cross_attention(queries: &[&str], memory: &[&str], device: &Device) -> Result
     let options = AttentionOptions::new().with_need_weights(true);
     let out = scaled_dot_product_attention(q, k, v, &options);
     let weights = out.weights.context("need_weights was set")?; // [1, 1, seq_len_q, seq_len_kv]
-    println!("weights have shape {:?} = [batch, n_heads, seq_len_q, seq_len_kv]", weights.dims());
-    print_matrix("weights (row: query token, column: key token)", queries, memory, &weights);
+    println!(
+        "weights have shape {:?} = [batch, n_heads, seq_len_q, seq_len_kv]",
+        weights.dims()
+    );
+    print_matrix(
+        "weights (row: query token, column: key token)",
+        queries,
+        memory,
+        &weights,
+    );
     print_matrix("output", queries, &["fruit", "company"], &out.context);
     Ok(())
 }
@@ -202,7 +277,10 @@ fn embed(tokens: &[&str], device: &Device) -> Result<Tensor<2>> {
     for token in tokens {
         data.extend(embedding(token).with_context(|| format!("no embedding for {token:?}"))?);
     }
-    Ok(Tensor::from_data(TensorData::new(data, [tokens.len(), D_MODEL]), device))
+    Ok(Tensor::from_data(
+        TensorData::new(data, [tokens.len(), D_MODEL]),
+        device,
+    ))
 }
 
 /// `[X·W_q, X·W_k, X·W_v]`, each lifted to `[batch = 1, n_heads = 1, seq_len, d]` as attention
@@ -220,13 +298,16 @@ fn project(x: Tensor<2>, device: &Device) -> [Tensor<4>; 3] {
 fn values<const D: usize>(t: &Tensor<D>) -> Result<Vec<f32>> {
     t.clone()
         .into_data()
-        .to_vec::<f32>()
+        .try_to_vec::<f32>()
         .map_err(|e| anyhow::anyhow!("reading a tensor back: {e:?}"))
 }
 
 fn max_abs_diff(a: &Tensor<4>, b: &Tensor<4>) -> Result<f32> {
     let (a, b) = (values(a)?, values(b)?);
-    Ok(a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max))
+    Ok(a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max))
 }
 
 fn section(title: &str) {

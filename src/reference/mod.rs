@@ -49,14 +49,20 @@ impl RefTensor {
     /// The tensor on `device`, checking its rank.
     pub fn tensor<const D: usize>(&self, device: &Device) -> Result<Tensor<D>> {
         self.check(D)?;
-        Ok(Tensor::from_data(TensorData::new(self.data.clone(), self.shape.clone()), device))
+        Ok(Tensor::from_data(
+            TensorData::new(self.data.clone(), self.shape.clone()),
+            device,
+        ))
     }
 
     /// The tensor as booleans (`value != 0`) on `device`.
     pub fn bool_tensor<const D: usize>(&self, device: &Device) -> Result<Tensor<D, Bool>> {
         self.check(D)?;
         let data: Vec<bool> = self.data.iter().map(|&x| x != 0.0).collect();
-        Ok(Tensor::from_data(TensorData::new(data, self.shape.clone()), device))
+        Ok(Tensor::from_data(
+            TensorData::new(data, self.shape.clone()),
+            device,
+        ))
     }
 
     fn check(&self, rank: usize) -> Result<()> {
@@ -85,7 +91,10 @@ pub struct Comparison {
 
 impl Default for Comparison {
     fn default() -> Self {
-        Self { max_abs_err: 0.0, pass: true }
+        Self {
+            max_abs_err: 0.0,
+            pass: true,
+        }
     }
 }
 
@@ -100,7 +109,7 @@ impl Comparison {
         let actual = actual
             .into_data()
             .convert::<f32>()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .map_err(|e| anyhow::anyhow!("reading a result back: {e:?}"))?;
         for (a, e) in actual.iter().zip(&expected.data) {
             let d = (a - e).abs();
@@ -141,9 +150,10 @@ pub fn check_dir(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<CaseRep
             continue;
         }
         found += 1;
-        let text =
-            std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        reports.extend(check(&text, devices).with_context(|| format!("checking {}", path.display()))?);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        reports
+            .extend(check(&text, devices).with_context(|| format!("checking {}", path.display()))?);
     }
     anyhow::ensure!(
         found > 0,

@@ -20,7 +20,11 @@ fn dropout(weights: Tensor<4>, p: f64) -> Tensor<4> {
     if p == 0.0 {
         return weights;
     }
-    let keep = Tensor::<4>::random(weights.shape(), Distribution::Bernoulli(1.0 - p), &weights.device());
+    let keep = Tensor::<4>::random(
+        weights.shape(),
+        Distribution::Bernoulli(1.0 - p),
+        &weights.device(),
+    );
     (weights * keep).div_scalar(1.0 - p)
 }
 

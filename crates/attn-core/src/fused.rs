@@ -23,11 +23,17 @@ pub(crate) fn attention(
     let is_causal = plan.causal_offset == Some(bottom_right);
     let mask = if is_causal {
         let [batch, _, _, _] = plan.scores_shape;
-        plan.mask.clone().map(|m| m.expand([batch, n_heads, seq_len_q, seq_len_kv]))
+        plan.mask
+            .clone()
+            .map(|m| m.expand([batch, n_heads, seq_len_q, seq_len_kv]))
     } else {
         plan.mask_for_keys(0, seq_len_kv, &q.device())
     };
     let bias = plan.bias_for_keys(0, seq_len_kv);
-    let options = AttentionModuleOptions { scale: Some(plan.scale), softcap: None, is_causal };
+    let options = AttentionModuleOptions {
+        scale: Some(plan.scale),
+        softcap: None,
+        is_causal,
+    };
     burn_attention(q, k, v, mask, bias, options) // [batch, n_heads, seq_len_q, d_value]
 }

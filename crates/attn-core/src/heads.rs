@@ -19,8 +19,10 @@ pub fn try_split_heads(x: Tensor<3>, n_heads: usize) -> Result<Tensor<4>, Attent
         return Err(AttentionError::HeadsDoNotDivide { d_model, n_heads });
     }
     let d_head = d_model / n_heads;
-    Ok(x.reshape([batch, seq_len, n_heads, d_head]) // [batch, seq_len, n_heads, d_head]
-        .swap_dims(1, 2)) // [batch, n_heads, seq_len, d_head]
+    Ok(
+        x.reshape([batch, seq_len, n_heads, d_head]) // [batch, seq_len, n_heads, d_head]
+            .swap_dims(1, 2),
+    ) // [batch, n_heads, seq_len, d_head]
 }
 
 /// [`try_split_heads`] for callers that validated `n_heads` already.
@@ -96,7 +98,10 @@ mod tests {
         let x = Tensor::<3>::zeros([1, 2, 10], &burn::tensor::Device::flex());
         assert_eq!(
             try_split_heads(x, 3).unwrap_err(),
-            AttentionError::HeadsDoNotDivide { d_model: 10, n_heads: 3 }
+            AttentionError::HeadsDoNotDivide {
+                d_model: 10,
+                n_heads: 3
+            }
         );
     }
 

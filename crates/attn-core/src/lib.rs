@@ -32,7 +32,7 @@
 //! let v = Tensor::<4>::from_floats([[[[10.0], [20.0]]]], &device); // [1, 1, 2, 1]
 //! let out = scaled_dot_product_attention(q, k, v, &AttentionOptions::new().with_need_weights(true));
 //! // scores = [0, 4] / √2, weights = softmax = [0.0558, 0.9442], context = 10·0.0558 + 20·0.9442
-//! let weights = out.weights.unwrap().into_data().to_vec::<f32>().unwrap();
+//! let weights = out.weights.unwrap().into_data().try_to_vec::<f32>().unwrap();
 //! assert!((weights[1] - 0.944_193).abs() < 1e-5);
 //! let context = out.context.into_scalar::<f32>();
 //! assert!((context - 19.441_93).abs() < 1e-4);

@@ -17,7 +17,7 @@ use crate::{AttentionError, CausalAlignment};
 /// ```
 /// use attn_core::{causal_mask, CausalAlignment};
 /// let m = causal_mask(2, 3, CausalAlignment::TopLeft, &burn::tensor::Device::flex());
-/// assert_eq!(m.into_data().to_vec::<bool>().unwrap(), [false, true, true, false, false, true]);
+/// assert_eq!(m.into_data().try_to_vec::<bool>().unwrap(), [false, true, true, false, false, true]);
 /// ```
 pub fn causal_mask(
     seq_len_q: usize,
@@ -25,11 +25,21 @@ pub fn causal_mask(
     alignment: CausalAlignment,
     device: &Device,
 ) -> Tensor<2, Bool> {
-    causal_block(seq_len_q, 0, seq_len_kv, causal_offset(alignment, seq_len_q, seq_len_kv), device)
+    causal_block(
+        seq_len_q,
+        0,
+        seq_len_kv,
+        causal_offset(alignment, seq_len_q, seq_len_kv),
+        device,
+    )
 }
 
 /// How many keys past its own index the last-but-diagonal key of each query is.
-pub(crate) fn causal_offset(alignment: CausalAlignment, seq_len_q: usize, seq_len_kv: usize) -> i64 {
+pub(crate) fn causal_offset(
+    alignment: CausalAlignment,
+    seq_len_q: usize,
+    seq_len_kv: usize,
+) -> i64 {
     match alignment {
         CausalAlignment::TopLeft => 0,
         CausalAlignment::BottomRight => seq_len_kv as i64 - seq_len_q as i64,
@@ -62,13 +72,20 @@ pub fn padding_mask_from_lengths(
     device: &Device,
 ) -> Result<Tensor<2, Bool>, AttentionError> {
     if let Some((index, &length)) = lengths.iter().enumerate().find(|(_, l)| **l > seq_len) {
-        return Err(AttentionError::LengthTooLong { index, length, seq_len });
+        return Err(AttentionError::LengthTooLong {
+            index,
+            length,
+            seq_len,
+        });
     }
     let data: Vec<bool> = lengths
         .iter()
         .flat_map(|&length| (0..seq_len).map(move |pos| pos >= length))
         .collect();
-    Ok(Tensor::from_data(TensorData::new(data, [lengths.len(), seq_len]), device))
+    Ok(Tensor::from_data(
+        TensorData::new(data, [lengths.len(), seq_len]),
+        device,
+    ))
 }
 
 /// Turns a key padding mask into an attention mask that broadcasts over heads and queries.
@@ -98,7 +115,10 @@ mod tests {
     use attn_testing::for_each_device;
 
     fn bools<const D: usize>(t: Tensor<D, Bool>) -> Vec<bool> {
-        t.into_data().convert::<bool>().to_vec::<bool>().expect("bool data")
+        t.into_data()
+            .convert::<bool>()
+            .try_to_vec::<bool>()
+            .expect("bool data")
     }
 
     #[test]
@@ -107,7 +127,10 @@ mod tests {
             let top = bools(causal_mask(2, 4, CausalAlignment::TopLeft, &d.device));
             assert_eq!(top, [false, true, true, true, false, false, true, true]);
             let bottom = bools(causal_mask(2, 4, CausalAlignment::BottomRight, &d.device));
-            assert_eq!(bottom, [false, false, false, true, false, false, false, false]);
+            assert_eq!(
+                bottom,
+                [false, false, false, true, false, false, false, false]
+            );
             let square_top = bools(causal_mask(3, 3, CausalAlignment::TopLeft, &d.device));
             let square_bottom = bools(causal_mask(3, 3, CausalAlignment::BottomRight, &d.device));
             assert_eq!(square_top, square_bottom);
@@ -126,7 +149,14 @@ mod tests {
     #[test]
     fn padding_longer_than_the_sequence_is_an_error_naming_it() {
         let err = padding_mask_from_lengths(&[2, 9], 4, &Device::flex()).unwrap_err();
-        assert_eq!(err, AttentionError::LengthTooLong { index: 1, length: 9, seq_len: 4 });
+        assert_eq!(
+            err,
+            AttentionError::LengthTooLong {
+                index: 1,
+                length: 9,
+                seq_len: 4
+            }
+        );
         assert!(err.to_string().contains("length 9"));
     }
 

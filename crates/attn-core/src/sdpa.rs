@@ -42,13 +42,23 @@ pub fn try_scaled_dot_product_attention(
     let output = match strategy {
         Strategy::Explicit | Strategy::Auto => {
             let (context, weights) = explicit::attention(q, k, v, &plan);
-            AttentionOutput { context, weights: options.need_weights.then_some(weights) }
+            AttentionOutput {
+                context,
+                weights: options.need_weights.then_some(weights),
+            }
         }
-        Strategy::Chunked { block } => {
-            AttentionOutput { context: chunked::attention(q, k, v, &plan, block), weights: None }
-        }
-        Strategy::Fused => AttentionOutput { context: fused::attention(q, k, v, &plan), weights: None },
-        Strategy::Native => AttentionOutput { context: native::attention(q, k, v, &plan), weights: None },
+        Strategy::Chunked { block } => AttentionOutput {
+            context: chunked::attention(q, k, v, &plan, block),
+            weights: None,
+        },
+        Strategy::Fused => AttentionOutput {
+            context: fused::attention(q, k, v, &plan),
+            weights: None,
+        },
+        Strategy::Native => AttentionOutput {
+            context: native::attention(q, k, v, &plan),
+            weights: None,
+        },
     };
     Ok(output)
 }
@@ -103,10 +113,17 @@ impl PreparedAttention {
         let [batch_k, n_kv_heads, seq_len_kv, d_head_k] = k.dims();
         let [batch_v, n_kv_heads_v, seq_len_v, _d_value] = v.dims();
         if batch != batch_k || batch != batch_v {
-            return Err(AttentionError::BatchMismatch { batch_q: batch, batch_k, batch_v });
+            return Err(AttentionError::BatchMismatch {
+                batch_q: batch,
+                batch_k,
+                batch_v,
+            });
         }
         if d_head != d_head_k {
-            return Err(AttentionError::HeadDimMismatch { d_head_q: d_head, d_head_k });
+            return Err(AttentionError::HeadDimMismatch {
+                d_head_q: d_head,
+                d_head_k,
+            });
         }
         if n_kv_heads != n_kv_heads_v || seq_len_kv != seq_len_v {
             return Err(AttentionError::KeyValueMismatch {
@@ -117,11 +134,18 @@ impl PreparedAttention {
             });
         }
         if n_kv_heads == 0 || !n_heads.is_multiple_of(n_kv_heads) {
-            return Err(AttentionError::KvHeadsDoNotDivide { n_heads, n_kv_heads });
+            return Err(AttentionError::KvHeadsDoNotDivide {
+                n_heads,
+                n_kv_heads,
+            });
         }
         for (what, size) in [("seq_len_kv", seq_len_kv), ("d_head", d_head)] {
             if size == 0 {
-                return Err(AttentionError::EmptyDimension { what, q: q.dims(), k: k.dims() });
+                return Err(AttentionError::EmptyDimension {
+                    what,
+                    q: q.dims(),
+                    k: k.dims(),
+                });
             }
         }
         let scores_shape = [batch, n_heads, seq_len_q, seq_len_kv];
@@ -132,7 +156,9 @@ impl PreparedAttention {
             check_broadcast("bias", bias.dims(), scores_shape)?;
         }
         if !(0.0..1.0).contains(&options.dropout) {
-            return Err(AttentionError::InvalidDropout { dropout: options.dropout });
+            return Err(AttentionError::InvalidDropout {
+                dropout: options.dropout,
+            });
         }
         let scale = options.scale.unwrap_or(1.0 / (d_head as f64).sqrt());
         if !(scale.is_finite() && scale > 0.0) {
@@ -146,7 +172,9 @@ impl PreparedAttention {
             dropout: if training { options.dropout } else { 0.0 },
             mask: options.mask.clone(),
             bias: options.bias.clone(),
-            causal_offset: options.causal.map(|a| causal_offset(a, seq_len_q, seq_len_kv)),
+            causal_offset: options
+                .causal
+                .map(|a| causal_offset(a, seq_len_q, seq_len_kv)),
         })
     }
 
@@ -168,7 +196,9 @@ impl PreparedAttention {
             Strategy::Auto if native::native_serves(&q.device()) => Ok(Strategy::Native),
             Strategy::Auto => Ok(Strategy::Fused),
             Strategy::Explicit => Ok(Strategy::Explicit),
-            Strategy::Chunked { block } if block == 0 => Err(AttentionError::InvalidBlock { block }),
+            Strategy::Chunked { block } if block == 0 => {
+                Err(AttentionError::InvalidBlock { block })
+            }
             forced @ (Strategy::Chunked { .. } | Strategy::Fused) if needs_matrix => {
                 Err(AttentionError::StrategyCannot {
                     strategy: forced.name(),
@@ -252,6 +282,10 @@ fn check_broadcast(
     if got.iter().zip(expected).all(|(&g, e)| g == e || g == 1) {
         Ok(())
     } else {
-        Err(AttentionError::DoesNotBroadcast { what, got, expected })
+        Err(AttentionError::DoesNotBroadcast {
+            what,
+            got,
+            expected,
+        })
     }
 }

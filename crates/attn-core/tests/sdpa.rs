@@ -59,8 +59,13 @@ impl SdpaCase {
 }
 
 /// Every strategy, with a chunk small enough that the 7 reference keys span three blocks.
-const STRATEGIES: [Strategy; 5] =
-    [Strategy::Explicit, Strategy::Chunked { block: 3 }, Strategy::Fused, Strategy::Native, Strategy::Auto];
+const STRATEGIES: [Strategy; 5] = [
+    Strategy::Explicit,
+    Strategy::Chunked { block: 3 },
+    Strategy::Fused,
+    Strategy::Native,
+    Strategy::Auto,
+];
 
 #[test]
 fn every_reference_case_matches_pytorch_on_every_strategy() {
@@ -77,7 +82,13 @@ fn every_reference_case_matches_pytorch_on_every_strategy() {
                     case.v.tensor(&d.device),
                     &options,
                 );
-                assert_close(out.context, &case.out, ATOL, RTOL, &format!("{what}: context"));
+                assert_close(
+                    out.context,
+                    &case.out,
+                    ATOL,
+                    RTOL,
+                    &format!("{what}: context"),
+                );
             }
             let out = scaled_dot_product_attention(
                 case.q.tensor(&d.device),
@@ -86,7 +97,13 @@ fn every_reference_case_matches_pytorch_on_every_strategy() {
                 &case.options(&d.device).with_need_weights(true),
             );
             let weights = out.weights.expect("weights were asked for");
-            assert_close(weights, &case.weights, ATOL, RTOL, &format!("{} / {}: weights", d.name, case.name));
+            assert_close(
+                weights,
+                &case.weights,
+                ATOL,
+                RTOL,
+                &format!("{} / {}: weights", d.name, case.name),
+            );
         }
     });
 }
@@ -132,10 +149,12 @@ fn reference_gradients_match_pytorch_on_every_strategy() {
                     &options,
                 );
                 let expected = [&case.grad_q, &case.grad_k, &case.grad_v];
-                for ((got, want), name) in [gq, gk, gv].into_iter().zip(expected).zip(["q", "k", "v"]) {
+                for ((got, want), name) in
+                    [gq, gk, gv].into_iter().zip(expected).zip(["q", "k", "v"])
+                {
                     let want = want.as_ref().expect("case carries gradients");
                     assert_close(got, want, ATOL, RTOL, &format!("{what}: grad_{name}"));
-                    }
+                }
             }
         }
     });
@@ -165,10 +184,21 @@ fn gradients_agree_with_finite_differences() {
                     .with_causal(CausalAlignment::TopLeft)
                     .with_strategy(strategy)
             };
-            let analytic = gradients(d, q.clone(), k.clone(), v.clone(), g.clone(), &options(&d.device.clone().autodiff()));
+            let analytic = gradients(
+                d,
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                g.clone(),
+                &options(&d.device.clone().autodiff()),
+            );
             let loss = |q: Tensor<4>, k: Tensor<4>, v: Tensor<4>| -> f64 {
                 let out = scaled_dot_product_attention(q, k, v, &options(device)).context;
-                to_vec(out).iter().zip(to_vec(g.clone())).map(|(o, g)| f64::from(o * g)).sum()
+                to_vec(out)
+                    .iter()
+                    .zip(to_vec(g.clone()))
+                    .map(|(o, g)| f64::from(o * g))
+                    .sum()
             };
             let inputs = [q.clone(), k.clone(), v.clone()];
             for (which, grad) in analytic.into_iter().enumerate() {
@@ -180,7 +210,10 @@ fn gradients_agree_with_finite_differences() {
                         let nudged = |delta: f32| {
                             let mut data = base.clone();
                             data[i] += delta;
-                            let t = Tensor::<4>::from_data(burn::tensor::TensorData::new(data, shape), device);
+                            let t = Tensor::<4>::from_data(
+                                burn::tensor::TensorData::new(data, shape),
+                                device,
+                            );
                             let mut args = inputs.clone();
                             args[which] = t;
                             let [q, k, v] = args;
@@ -194,7 +227,12 @@ fn gradients_agree_with_finite_differences() {
                     &numeric,
                     2e-3,
                     1e-2,
-                    &format!("{} / {}: d L / d {}", d.name, strategy.name(), ["q", "k", "v"][which]),
+                    &format!(
+                        "{} / {}: d L / d {}",
+                        d.name,
+                        strategy.name(),
+                        ["q", "k", "v"][which]
+                    ),
                 );
             }
         }
@@ -219,8 +257,12 @@ fn random_problem(rng: &mut SeededRng, device: &Device) -> Problem {
     let seq_len_kv = rng.range(1, 11);
     let d_head = rng.range(1, 6);
     let d_value = rng.range(1, 5);
-    let q = rng.tensor([batch, n_heads, seq_len_q, d_head], device).mul_scalar(3.0);
-    let k = rng.tensor([batch, n_kv_heads, seq_len_kv, d_head], device).mul_scalar(3.0);
+    let q = rng
+        .tensor([batch, n_heads, seq_len_q, d_head], device)
+        .mul_scalar(3.0);
+    let k = rng
+        .tensor([batch, n_kv_heads, seq_len_kv, d_head], device)
+        .mul_scalar(3.0);
     let v = rng.tensor([batch, n_kv_heads, seq_len_kv, d_value], device);
     let mut options = AttentionOptions::new();
     let mut mask = None;
@@ -247,7 +289,13 @@ fn random_problem(rng: &mut SeededRng, device: &Device) -> Problem {
     if rng.bernoulli(0.3) {
         options = options.with_scale(0.1 + f64::from(rng.unit().abs()));
     }
-    Problem { q, k, v, options, mask }
+    Problem {
+        q,
+        k,
+        v,
+        options,
+        mask,
+    }
 }
 
 #[test]
@@ -267,7 +315,12 @@ fn chunked_fused_and_auto_equal_explicit_on_random_problems() {
             };
             let explicit = run(Strategy::Explicit);
             let block = rng.range(1, 4);
-            for strategy in [Strategy::Chunked { block }, Strategy::Fused, Strategy::Native, Strategy::Auto] {
+            for strategy in [
+                Strategy::Chunked { block },
+                Strategy::Fused,
+                Strategy::Native,
+                Strategy::Auto,
+            ] {
                 assert_tensors_close(
                     run(strategy),
                     explicit.clone(),
@@ -286,7 +339,11 @@ fn weight_rows_sum_to_one_and_masked_keys_get_exactly_zero() {
         let mut rng = SeededRng::new(99);
         for trial in 0..20 {
             let p = random_problem(&mut rng, &d.device);
-            let options = p.options.clone().with_causal(CausalAlignment::TopLeft).with_need_weights(true);
+            let options = p
+                .options
+                .clone()
+                .with_causal(CausalAlignment::TopLeft)
+                .with_need_weights(true);
             let weights = scaled_dot_product_attention(p.q, p.k, p.v, &options)
                 .weights
                 .expect("weights were asked for");
@@ -297,7 +354,7 @@ fn weight_rows_sum_to_one_and_masked_keys_get_exactly_zero() {
                     .clone()
                     .expand([batch, n_heads, seq_len_q, seq_len_kv])
                     .into_data()
-                    .to_vec::<bool>()
+                    .try_to_vec::<bool>()
                     .expect("bool data"),
                 None => vec![false; w.len()],
             };
@@ -307,12 +364,20 @@ fn weight_rows_sum_to_one_and_masked_keys_get_exactly_zero() {
                 let open = (0..seq_len_kv).filter(|&j| !hidden(j)).count();
                 for (j, &wij) in row.iter().enumerate() {
                     if hidden(j) {
-                        assert_eq!(wij, 0.0, "{} trial {trial}: masked key {j} of row {row_index} got {wij}", d.name);
+                        assert_eq!(
+                            wij, 0.0,
+                            "{} trial {trial}: masked key {j} of row {row_index} got {wij}",
+                            d.name
+                        );
                     }
                 }
                 let sum: f32 = row.iter().sum();
                 let want = if open == 0 { 0.0 } else { 1.0 };
-                assert!((sum - want).abs() < 1e-5, "{} trial {trial}: row {row_index} sums to {sum}, expected {want}", d.name);
+                assert!(
+                    (sum - want).abs() < 1e-5,
+                    "{} trial {trial}: row {row_index} sums to {sum}, expected {want}",
+                    d.name
+                );
             }
         }
     });
@@ -334,10 +399,30 @@ fn chunked_gradients_equal_explicit_gradients_on_random_problems() {
                 o.bias = o.bias.map(|b| b.to_device(&autodiff));
                 o
             };
-            let explicit = gradients(d, p.q.clone(), p.k.clone(), p.v.clone(), g.clone(), &reattach(&p.options, Strategy::Explicit));
-            let chunked = gradients(d, p.q, p.k, p.v, g, &reattach(&p.options, Strategy::Chunked { block: 2 }));
+            let explicit = gradients(
+                d,
+                p.q.clone(),
+                p.k.clone(),
+                p.v.clone(),
+                g.clone(),
+                &reattach(&p.options, Strategy::Explicit),
+            );
+            let chunked = gradients(
+                d,
+                p.q,
+                p.k,
+                p.v,
+                g,
+                &reattach(&p.options, Strategy::Chunked { block: 2 }),
+            );
             for ((c, e), name) in chunked.into_iter().zip(explicit).zip(["q", "k", "v"]) {
-                assert_tensors_close(c, e, ATOL, RTOL, &format!("{} trial {trial}: grad_{name}", d.name));
+                assert_tensors_close(
+                    c,
+                    e,
+                    ATOL,
+                    RTOL,
+                    &format!("{} trial {trial}: grad_{name}", d.name),
+                );
             }
         }
     });
@@ -352,14 +437,32 @@ fn fully_masked_rows_have_zero_output_and_finite_gradients() {
         let v = rng.tensor([2, 3, 7, 6], &d.device);
         let g = rng.tensor([2, 3, 5, 6], &d.device);
         let everything = Tensor::<4, Bool>::full([2, 3, 5, 7], true, &d.device);
-        for strategy in [Strategy::Explicit, Strategy::Chunked { block: 2 }, Strategy::Fused] {
-            let options = AttentionOptions::new().with_mask(everything.clone()).with_strategy(strategy);
+        for strategy in [
+            Strategy::Explicit,
+            Strategy::Chunked { block: 2 },
+            Strategy::Fused,
+        ] {
+            let options = AttentionOptions::new()
+                .with_mask(everything.clone())
+                .with_strategy(strategy);
             let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &options);
-            assert!(to_vec(out.context).iter().all(|&x| x == 0.0), "{} / {}", d.name, strategy.name());
+            assert!(
+                to_vec(out.context).iter().all(|&x| x == 0.0),
+                "{} / {}",
+                d.name,
+                strategy.name()
+            );
             let autodiff = d.device.clone().autodiff();
-            let options = AttentionOptions::new().with_mask(everything.clone().to_device(&autodiff)).with_strategy(strategy);
+            let options = AttentionOptions::new()
+                .with_mask(everything.clone().to_device(&autodiff))
+                .with_strategy(strategy);
             for grad in gradients(d, q.clone(), k.clone(), v.clone(), g.clone(), &options) {
-                assert!(to_vec(grad).iter().all(|x| x.is_finite() && *x == 0.0), "{} / {}: gradient", d.name, strategy.name());
+                assert!(
+                    to_vec(grad).iter().all(|x| x.is_finite() && *x == 0.0),
+                    "{} / {}: gradient",
+                    d.name,
+                    strategy.name()
+                );
             }
         }
     });
@@ -369,12 +472,31 @@ fn fully_masked_rows_have_zero_output_and_finite_gradients() {
 fn scores_in_the_thousands_stay_finite() {
     for_each_device(|d| {
         let q = Tensor::<4>::from_floats([[[[100.0, -100.0], [-100.0, 100.0]]]], &d.device);
-        let k = Tensor::<4>::from_floats([[[[100.0, -100.0], [-100.0, 100.0], [50.0, 50.0]]]], &d.device);
+        let k = Tensor::<4>::from_floats(
+            [[[[100.0, -100.0], [-100.0, 100.0], [50.0, 50.0]]]],
+            &d.device,
+        );
         let v = Tensor::<4>::from_floats([[[[1.0], [2.0], [3.0]]]], &d.device);
-        for strategy in [Strategy::Explicit, Strategy::Chunked { block: 2 }, Strategy::Fused, Strategy::Native] {
-            let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &AttentionOptions::new().with_strategy(strategy));
+        for strategy in [
+            Strategy::Explicit,
+            Strategy::Chunked { block: 2 },
+            Strategy::Fused,
+            Strategy::Native,
+        ] {
+            let out = scaled_dot_product_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                &AttentionOptions::new().with_strategy(strategy),
+            );
             // scores are ±14142 and 0: each query picks its own key.
-            assert_close_slices(&to_vec(out.context), &[1.0, 2.0], 1e-5, 0.0, strategy.name());
+            assert_close_slices(
+                &to_vec(out.context),
+                &[1.0, 2.0],
+                1e-5,
+                0.0,
+                strategy.name(),
+            );
         }
     });
 }
@@ -390,21 +512,39 @@ fn dropout_zeroes_and_rescales_weights_only_when_training() {
         let dropped = plain.clone().with_dropout(0.5);
 
         // Inference: dropout is ignored.
-        let a = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &plain).weights.expect("weights");
-        let b = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &dropped).weights.expect("weights");
+        let a = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &plain)
+            .weights
+            .expect("weights");
+        let b = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &dropped)
+            .weights
+            .expect("weights");
         assert_tensors_close(b, a.clone(), 0.0, 0.0, "dropout in inference");
 
         // Training: about half the weights vanish, the others double.
         let autodiff = d.device.clone().autodiff();
         d.device.seed(3);
-        let (q, k, v) = (q.to_device(&autodiff), k.to_device(&autodiff), v.to_device(&autodiff));
-        let t = scaled_dot_product_attention(q, k, v, &dropped).weights.expect("weights");
+        let (q, k, v) = (
+            q.to_device(&autodiff),
+            k.to_device(&autodiff),
+            v.to_device(&autodiff),
+        );
+        let t = scaled_dot_product_attention(q, k, v, &dropped)
+            .weights
+            .expect("weights");
         let (t, a) = (to_vec(t), to_vec(a));
         let zeros = t.iter().filter(|&&x| x == 0.0).count();
         let fraction = zeros as f64 / t.len() as f64;
-        assert!((0.4..0.6).contains(&fraction), "{}: dropped fraction {fraction}", d.name);
+        assert!(
+            (0.4..0.6).contains(&fraction),
+            "{}: dropped fraction {fraction}",
+            d.name
+        );
         for (x, y) in t.iter().zip(&a) {
-            assert!(*x == 0.0 || (x - 2.0 * y).abs() < 1e-5, "{}: kept weight {x} is not 2 × {y}", d.name);
+            assert!(
+                *x == 0.0 || (x - 2.0 * y).abs() < 1e-5,
+                "{}: kept weight {x} is not 2 × {y}",
+                d.name
+            );
         }
     });
 }
@@ -419,23 +559,54 @@ fn shapes_that_cannot_work_are_errors_naming_the_numbers() {
     let plain = AttentionOptions::new();
     assert_eq!(
         err(t([1, 2, 3, 4]), t([1, 2, 5, 6]), t([1, 2, 5, 6]), &plain),
-        AttentionError::HeadDimMismatch { d_head_q: 4, d_head_k: 6 }
+        AttentionError::HeadDimMismatch {
+            d_head_q: 4,
+            d_head_k: 6
+        }
     );
     assert_eq!(
         err(t([1, 4, 3, 4]), t([1, 3, 5, 4]), t([1, 3, 5, 4]), &plain),
-        AttentionError::KvHeadsDoNotDivide { n_heads: 4, n_kv_heads: 3 }
+        AttentionError::KvHeadsDoNotDivide {
+            n_heads: 4,
+            n_kv_heads: 3
+        }
     );
-    let bad_mask = plain.clone().with_mask(Tensor::<4, Bool>::full([1, 1, 2, 5], false, &device));
+    let bad_mask = plain
+        .clone()
+        .with_mask(Tensor::<4, Bool>::full([1, 1, 2, 5], false, &device));
     let e = err(t([1, 2, 3, 4]), t([1, 2, 5, 4]), t([1, 2, 5, 4]), &bad_mask);
-    assert_eq!(e, AttentionError::DoesNotBroadcast { what: "mask", got: [1, 1, 2, 5], expected: [1, 2, 3, 5] });
+    assert_eq!(
+        e,
+        AttentionError::DoesNotBroadcast {
+            what: "mask",
+            got: [1, 1, 2, 5],
+            expected: [1, 2, 3, 5]
+        }
+    );
     assert!(e.to_string().contains("[1, 1, 2, 5]"), "{e}");
-    let fused_weights = plain.clone().with_strategy(Strategy::Fused).with_need_weights(true);
+    let fused_weights = plain
+        .clone()
+        .with_strategy(Strategy::Fused)
+        .with_need_weights(true);
     assert!(matches!(
-        err(t([1, 2, 3, 4]), t([1, 2, 5, 4]), t([1, 2, 5, 4]), &fused_weights),
-        AttentionError::StrategyCannot { strategy: "fused", .. }
+        err(
+            t([1, 2, 3, 4]),
+            t([1, 2, 5, 4]),
+            t([1, 2, 5, 4]),
+            &fused_weights
+        ),
+        AttentionError::StrategyCannot {
+            strategy: "fused",
+            ..
+        }
     ));
     assert_eq!(
-        err(t([1, 2, 3, 4]), t([1, 2, 5, 4]), t([1, 2, 5, 4]), &plain.clone().with_dropout(1.0)),
+        err(
+            t([1, 2, 3, 4]),
+            t([1, 2, 5, 4]),
+            t([1, 2, 5, 4]),
+            &plain.clone().with_dropout(1.0)
+        ),
         AttentionError::InvalidDropout { dropout: 1.0 }
     );
 }

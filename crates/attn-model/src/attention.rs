@@ -98,7 +98,10 @@ impl MultiHeadAttentionConfig {
         check_heads(self.d_model, self.n_heads)?;
         let n_kv_heads = self.kv_heads();
         if n_kv_heads == 0 || !self.n_heads.is_multiple_of(n_kv_heads) {
-            return Err(ModelError::KvHeadsDoNotDivide { n_heads: self.n_heads, n_kv_heads });
+            return Err(ModelError::KvHeadsDoNotDivide {
+                n_heads: self.n_heads,
+                n_kv_heads,
+            });
         }
         check_nonzero("d_context", self.context_width())?;
         check_dropout(self.dropout)?;
@@ -114,7 +117,9 @@ impl MultiHeadAttentionConfig {
         let d_head = self.d_head();
         let d_kv = self.kv_heads() * d_head;
         let linear = |d_input, d_output, bias| {
-            LinearConfig::new(d_input, d_output).with_bias(bias).init(device)
+            LinearConfig::new(d_input, d_output)
+                .with_bias(bias)
+                .init(device)
         };
         Ok(MultiHeadAttention {
             w_q: linear(self.d_model, self.d_model, self.bias_q),
@@ -137,9 +142,9 @@ impl MultiHeadAttentionConfig {
                 RotaryEncoding::new(self.d_head(), *theta, *pairing)?,
             )),
             PositionalScheme::Alibi { form } => Ok(AttentionPosition::Alibi(*form)),
-            PositionalScheme::Sinusoidal { .. } => {
-                Err(ModelError::SchemeNotInAttention { scheme: "sinusoidal" })
-            }
+            PositionalScheme::Sinusoidal { .. } => Err(ModelError::SchemeNotInAttention {
+                scheme: "sinusoidal",
+            }),
             PositionalScheme::Learned { .. } => {
                 Err(ModelError::SchemeNotInAttention { scheme: "learned" })
             }
@@ -203,7 +208,10 @@ impl MhaInput {
     /// - `query`: `[batch, seq_len_q, d_model]`
     /// - `context`: `[batch, seq_len_kv, d_context]`
     pub fn cross_attention(query: Tensor<3>, context: Tensor<3>) -> Self {
-        Self { context: Some(context), ..Self::self_attention(query) }
+        Self {
+            context: Some(context),
+            ..Self::self_attention(query)
+        }
     }
 
     /// Masks padded keys (`true` = padding), PyTorch's `key_padding_mask`.
@@ -316,7 +324,8 @@ impl MultiHeadAttention {
     /// # Panics
     /// On any [`ModelError`], with its message (which names the shapes).
     pub fn forward(&self, input: MhaInput) -> MhaOutput {
-        self.try_forward(input).unwrap_or_else(|e| panic!("multi-head attention: {e}"))
+        self.try_forward(input)
+            .unwrap_or_else(|e| panic!("multi-head attention: {e}"))
     }
 
     /// Number of query heads.
@@ -372,8 +381,8 @@ impl MultiHeadAttention {
         }
         if let AttentionPosition::Alibi(form) = self.position {
             // ALiBi (Press et al. 2022): -m_h · distance added to the scaled scores.
-            let bias = alibi_bias(self.n_heads, seq_len_q, seq_len_kv, form, device)
-                .unsqueeze_dim::<4>(0); // [1, n_heads, seq_len_q, seq_len_kv]
+            let bias =
+                alibi_bias(self.n_heads, seq_len_q, seq_len_kv, form, device).unsqueeze_dim::<4>(0); // [1, n_heads, seq_len_q, seq_len_kv]
             options = options.with_bias(bias);
         }
         options
@@ -396,14 +405,26 @@ impl MultiHeadAttention {
             } else {
                 "self-attention input (keys and values are projected from d_context)"
             };
-            return Err(ModelError::WidthMismatch { what, expected: self.d_context(), got: d_context });
+            return Err(ModelError::WidthMismatch {
+                what,
+                expected: self.d_context(),
+                got: d_context,
+            });
         }
-        check_shape("context", &[batch, seq_len_kv, d_context], &[batch_kv, seq_len_kv, d_context])?;
+        check_shape(
+            "context",
+            &[batch, seq_len_kv, d_context],
+            &[batch_kv, seq_len_kv, d_context],
+        )?;
         if let Some(padding) = &input.padding {
             check_shape("padding mask", &[batch, seq_len_kv], &padding.dims())?;
         }
         if let Some(mask) = &input.mask {
-            check_shape("attention mask", &[batch, seq_len_q, seq_len_kv], &mask.dims())?;
+            check_shape(
+                "attention mask",
+                &[batch, seq_len_q, seq_len_kv],
+                &mask.dims(),
+            )?;
         }
         Ok(())
     }
@@ -446,7 +467,11 @@ pub(crate) fn check_shape(
     if expected == got {
         Ok(())
     } else {
-        Err(ModelError::ShapeMismatch { what, expected: expected.to_vec(), got: got.to_vec() })
+        Err(ModelError::ShapeMismatch {
+            what,
+            expected: expected.to_vec(),
+            got: got.to_vec(),
+        })
     }
 }
 
@@ -455,7 +480,9 @@ mod tests {
     use super::*;
     use attn_core::{AttentionError, repeat_kv_heads};
     use attn_pos::RotaryPairing;
-    use attn_testing::{ATOL, RTOL, SeededRng, assert_close_slices, assert_tensors_close, for_each_device, to_vec};
+    use attn_testing::{
+        ATOL, RTOL, SeededRng, assert_close_slices, assert_tensors_close, for_each_device, to_vec,
+    };
     use burn::module::Param;
     use burn::tensor::TensorData;
 
@@ -471,24 +498,51 @@ mod tests {
 
     #[test]
     fn config_errors_name_the_numbers_before_any_tensor_is_made() {
-        let err = MultiHeadAttentionConfig::new(10, 3).validate().expect_err("10 / 3");
-        assert!(matches!(err, ModelError::HeadsDoNotDivide { d_model: 10, n_heads: 3 }));
-        let err = MultiHeadAttentionConfig::new(12, 0).validate().expect_err("no heads");
+        let err = MultiHeadAttentionConfig::new(10, 3)
+            .validate()
+            .expect_err("10 / 3");
+        assert!(matches!(
+            err,
+            ModelError::HeadsDoNotDivide {
+                d_model: 10,
+                n_heads: 3
+            }
+        ));
+        let err = MultiHeadAttentionConfig::new(12, 0)
+            .validate()
+            .expect_err("no heads");
         assert!(matches!(err, ModelError::ZeroHeads));
-        let err = MultiHeadAttentionConfig::new(12, 3).with_dropout(1.0).validate().expect_err("p = 1");
+        let err = MultiHeadAttentionConfig::new(12, 3)
+            .with_dropout(1.0)
+            .validate()
+            .expect_err("p = 1");
         assert!(matches!(err, ModelError::InvalidDropout { dropout } if dropout == 1.0));
-        let err = MultiHeadAttentionConfig::new(12, 3).with_dropout(-0.5).validate().expect_err("p < 0");
+        let err = MultiHeadAttentionConfig::new(12, 3)
+            .with_dropout(-0.5)
+            .validate()
+            .expect_err("p < 0");
         assert!(matches!(err, ModelError::InvalidDropout { .. }));
         let err = MultiHeadAttentionConfig::new(12, 6)
             .with_n_kv_heads(Some(4))
             .validate()
             .expect_err("4 does not divide 6");
-        assert!(matches!(err, ModelError::KvHeadsDoNotDivide { n_heads: 6, n_kv_heads: 4 }));
+        assert!(matches!(
+            err,
+            ModelError::KvHeadsDoNotDivide {
+                n_heads: 6,
+                n_kv_heads: 4
+            }
+        ));
         let err = MultiHeadAttentionConfig::new(12, 3)
             .with_pos(PositionalScheme::Sinusoidal { base: 10_000.0 })
             .validate()
             .expect_err("sinusoidal is added to embeddings");
-        assert!(matches!(err, ModelError::SchemeNotInAttention { scheme: "sinusoidal" }));
+        assert!(matches!(
+            err,
+            ModelError::SchemeNotInAttention {
+                scheme: "sinusoidal"
+            }
+        ));
     }
 
     #[test]
@@ -497,7 +551,9 @@ mod tests {
             .with_n_kv_heads(Some(1))
             .with_d_context(Some(7))
             .with_bias_k(false)
-            .with_pos(PositionalScheme::Alibi { form: AlibiForm::Symmetric })
+            .with_pos(PositionalScheme::Alibi {
+                form: AlibiForm::Symmetric,
+            })
             .with_strategy(Strategy::Chunked { block: 2 });
         let json = burn::config::config_to_json(&config);
         let back: MultiHeadAttentionConfig = serde_json::from_str(&json).expect("parses back");
@@ -524,8 +580,20 @@ mod tests {
             assert_close_slices(&sums, &vec![1.0; sums.len()], 1e-5, 0.0, "rows sum to 1");
 
             // Self-attention on a module whose context width differs from d_model is an error.
-            let err = mha.try_forward(MhaInput::self_attention(query)).expect_err("width 12 != 7");
-            assert!(matches!(err, ModelError::WidthMismatch { expected: 7, got: 12, .. }), "{err}");
+            let err = mha
+                .try_forward(MhaInput::self_attention(query))
+                .expect_err("width 12 != 7");
+            assert!(
+                matches!(
+                    err,
+                    ModelError::WidthMismatch {
+                        expected: 7,
+                        got: 12,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
         });
     }
 
@@ -533,7 +601,9 @@ mod tests {
     fn averaged_weights_are_the_mean_of_the_heads() {
         for_each_device(|d| {
             let mut rng = SeededRng::new(12);
-            let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).init(&d.device).expect("valid");
+            let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+                .init(&d.device)
+                .expect("valid");
             let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
             let per_head = mha
                 .forward(MhaInput::self_attention(x.clone()).with_weights(NeedWeights::PerHead))
@@ -552,7 +622,9 @@ mod tests {
     fn masks_of_the_wrong_shape_are_errors_naming_both_shapes() {
         for_each_device(|d| {
             let mut rng = SeededRng::new(13);
-            let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).init(&d.device).expect("valid");
+            let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+                .init(&d.device)
+                .expect("valid");
             let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
             let padding = rng.bool_tensor([BATCH, SEQ_LEN + 1], 0.3, &d.device);
             let err = mha
@@ -566,7 +638,16 @@ mod tests {
             let err = mha
                 .try_forward(MhaInput::self_attention(x).with_mask(mask))
                 .expect_err("mask too short");
-            assert!(matches!(err, ModelError::ShapeMismatch { what: "attention mask", .. }), "{err}");
+            assert!(
+                matches!(
+                    err,
+                    ModelError::ShapeMismatch {
+                        what: "attention mask",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
         });
     }
 
@@ -574,13 +655,16 @@ mod tests {
     fn masked_keys_get_zero_weight_from_padding_and_attention_masks_together() {
         for_each_device(|d| {
             let mut rng = SeededRng::new(14);
-            let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).init(&d.device).expect("valid");
+            let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+                .init(&d.device)
+                .expect("valid");
             let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
             // Key 0 stays open everywhere so that no row is fully masked.
             let mut coin = |i: usize| i % SEQ_LEN != 0 && rng.bernoulli(0.4);
             let padding: Vec<bool> = (0..BATCH * SEQ_LEN).map(&mut coin).collect();
             let mask: Vec<bool> = (0..BATCH * SEQ_LEN * SEQ_LEN).map(&mut coin).collect();
-            let padding = Tensor::<2, Bool>::from_data(TensorData::new(padding, [BATCH, SEQ_LEN]), &d.device);
+            let padding =
+                Tensor::<2, Bool>::from_data(TensorData::new(padding, [BATCH, SEQ_LEN]), &d.device);
             let mask = Tensor::<3, Bool>::from_data(
                 TensorData::new(mask, [BATCH, SEQ_LEN, SEQ_LEN]),
                 &d.device,
@@ -613,13 +697,16 @@ mod tests {
         for_each_device(|d| {
             let mut rng = SeededRng::new(15);
             let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
-            let plain = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).init(&d.device).expect("valid");
+            let plain = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+                .init(&d.device)
+                .expect("valid");
             let grouped = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
                 .with_n_kv_heads(Some(N_HEADS))
                 .init(&d.device)
                 .expect("valid")
                 .load_record(plain.clone().into_record());
-            let a = plain.forward(MhaInput::self_attention(x.clone()).with_weights(NeedWeights::PerHead));
+            let a = plain
+                .forward(MhaInput::self_attention(x.clone()).with_weights(NeedWeights::PerHead));
             let b = grouped.forward(MhaInput::self_attention(x).with_weights(NeedWeights::PerHead));
             assert_tensors_close(a.output, b.output, ATOL, RTOL, "output");
             assert_tensors_close(
@@ -653,15 +740,22 @@ mod tests {
                     .swap_dims(0, 1) // [d_in, n_heads, d_head]
                     .reshape([d_in, d_model]) // [d_in, d_model]
             };
-            let widen_bias = |b: Tensor<1>| -> Tensor<1> {
-                widen(b.unsqueeze_dim::<2>(0)).squeeze_dim::<1>(0)
-            };
-            let mut plain = MultiHeadAttentionConfig::new(d_model, n_heads).init(&d.device).expect("valid");
+            let widen_bias =
+                |b: Tensor<1>| -> Tensor<1> { widen(b.unsqueeze_dim::<2>(0)).squeeze_dim::<1>(0) };
+            let mut plain = MultiHeadAttentionConfig::new(d_model, n_heads)
+                .init(&d.device)
+                .expect("valid");
             plain.w_q = grouped.w_q.clone();
             plain.w_o = grouped.w_o.clone();
-            for (dst, src) in [(&mut plain.w_k, &grouped.w_k), (&mut plain.w_v, &grouped.w_v)] {
+            for (dst, src) in [
+                (&mut plain.w_k, &grouped.w_k),
+                (&mut plain.w_v, &grouped.w_v),
+            ] {
                 dst.weight = Param::from_tensor(widen(src.weight.val()));
-                dst.bias = src.bias.as_ref().map(|b| Param::from_tensor(widen_bias(b.val())));
+                dst.bias = src
+                    .bias
+                    .as_ref()
+                    .map(|b| Param::from_tensor(widen_bias(b.val())));
             }
             let a = grouped.forward(MhaInput::self_attention(x.clone()));
             let b = plain.forward(MhaInput::self_attention(x));
@@ -680,9 +774,15 @@ mod tests {
                 .with_strategy(Strategy::Explicit)
                 .init(&d.device)
                 .expect("valid");
-            let input = MhaInput::self_attention(x).with_padding(padding).with_causal(CausalAlignment::TopLeft);
+            let input = MhaInput::self_attention(x)
+                .with_padding(padding)
+                .with_causal(CausalAlignment::TopLeft);
             let want = explicit.forward(input.clone()).output;
-            for strategy in [Strategy::Auto, Strategy::Chunked { block: 2 }, Strategy::Fused] {
+            for strategy in [
+                Strategy::Auto,
+                Strategy::Chunked { block: 2 },
+                Strategy::Fused,
+            ] {
                 let mut other = explicit.clone();
                 other.strategy = strategy;
                 let got = other.forward(input.clone()).output;
@@ -694,7 +794,10 @@ mod tests {
             let err = fused
                 .try_forward(input.with_weights(NeedWeights::PerHead))
                 .expect_err("fused has no weights");
-            assert!(matches!(err, ModelError::Attention(AttentionError::StrategyCannot { .. })));
+            assert!(matches!(
+                err,
+                ModelError::Attention(AttentionError::StrategyCannot { .. })
+            ));
         });
     }
 
@@ -719,10 +822,12 @@ mod tests {
             let mut rng = SeededRng::new(18);
             let token = rng.tensor([1, 1, D_MODEL], &d.device);
             let x = token.expand([1, SEQ_LEN, D_MODEL]);
-            let config = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).with_pos(PositionalScheme::Rotary {
-                theta: 10_000.0,
-                pairing: RotaryPairing::HalfSplit,
-            });
+            let config = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).with_pos(
+                PositionalScheme::Rotary {
+                    theta: 10_000.0,
+                    pairing: RotaryPairing::HalfSplit,
+                },
+            );
             let weights = to_vec(self_attn(&config, x.clone()).weights.expect("weights"));
             let at = |h: usize, i: usize, j: usize| weights[(h * SEQ_LEN + i) * SEQ_LEN + j];
             for h in 0..N_HEADS {
@@ -730,13 +835,24 @@ mod tests {
                 // before normalisation, so compare score differences via log-ratios.
                 let r_last = (at(h, 4, 3) / at(h, 4, 4)).ln();
                 let r_prev = (at(h, 3, 2) / at(h, 3, 3)).ln();
-                assert!((r_last - r_prev).abs() < 1e-3, "head {h}: {r_last} vs {r_prev}");
+                assert!(
+                    (r_last - r_prev).abs() < 1e-3,
+                    "head {h}: {r_last} vs {r_prev}"
+                );
             }
             // Without positions every key gets the same weight.
             let plain = to_vec(
-                self_attn(&MultiHeadAttentionConfig::new(D_MODEL, N_HEADS), x).weights.expect("weights"),
+                self_attn(&MultiHeadAttentionConfig::new(D_MODEL, N_HEADS), x)
+                    .weights
+                    .expect("weights"),
             );
-            assert_close_slices(&plain, &vec![1.0 / SEQ_LEN as f32; plain.len()], 1e-5, 0.0, "uniform");
+            assert_close_slices(
+                &plain,
+                &vec![1.0 / SEQ_LEN as f32; plain.len()],
+                1e-5,
+                0.0,
+                "uniform",
+            );
         });
     }
 
@@ -744,9 +860,13 @@ mod tests {
     fn alibi_prefers_nearby_keys_for_identical_tokens() {
         for_each_device(|d| {
             let mut rng = SeededRng::new(19);
-            let x = rng.tensor([1, 1, D_MODEL], &d.device).expand([1, SEQ_LEN, D_MODEL]);
-            let config = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
-                .with_pos(PositionalScheme::Alibi { form: AlibiForm::Symmetric });
+            let x = rng
+                .tensor([1, 1, D_MODEL], &d.device)
+                .expand([1, SEQ_LEN, D_MODEL]);
+            let config =
+                MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).with_pos(PositionalScheme::Alibi {
+                    form: AlibiForm::Symmetric,
+                });
             let weights = to_vec(self_attn(&config, x).weights.expect("weights"));
             for h in 0..N_HEADS {
                 let row = &weights[(h * SEQ_LEN + 2) * SEQ_LEN..(h * SEQ_LEN + 3) * SEQ_LEN];

@@ -160,7 +160,8 @@ impl EncoderBlock {
     /// # Panics
     /// On any [`ModelError`], with its message.
     pub fn forward(&self, x: Tensor<3>, padding: Option<Tensor<2, Bool>>) -> Tensor<3> {
-        self.try_forward(x, padding).unwrap_or_else(|e| panic!("encoder block: {e}"))
+        self.try_forward(x, padding)
+            .unwrap_or_else(|e| panic!("encoder block: {e}"))
     }
 
     /// Runs the block and returns the self-attention weights of every head.
@@ -178,7 +179,10 @@ impl EncoderBlock {
         padding: Option<Tensor<2, Bool>>,
     ) -> Result<(Tensor<3>, Tensor<4>), ModelError> {
         let (x, weights) = self.run(x, padding, NeedWeights::PerHead)?;
-        Ok((x, weights.expect("attention returns the weights it was asked for")))
+        Ok((
+            x,
+            weights.expect("attention returns the weights it was asked for"),
+        ))
     }
 
     /// Model width.
@@ -203,10 +207,13 @@ impl EncoderBlock {
             });
         }
         let (x, weights) = self.residual(x, &self.norm_attn, |x| {
-            let out = self.attention.try_forward(self.self_attention_input(x, padding, need_weights))?;
+            let out =
+                self.attention
+                    .try_forward(self.self_attention_input(x, padding, need_weights))?;
             Ok((out.output, out.weights))
         })?;
-        let (x, ()) = self.residual(x, &self.norm_ff, |x| Ok((self.feed_forward.forward(x), ())))?;
+        let (x, ()) =
+            self.residual(x, &self.norm_ff, |x| Ok((self.feed_forward.forward(x), ())))?;
         Ok((x, weights))
     }
 
@@ -320,7 +327,8 @@ impl Encoder {
     /// # Panics
     /// On any [`ModelError`], with its message.
     pub fn forward(&self, x: Tensor<3>, padding: Option<Tensor<2, Bool>>) -> Tensor<3> {
-        self.try_forward(x, padding).unwrap_or_else(|e| panic!("encoder: {e}"))
+        self.try_forward(x, padding)
+            .unwrap_or_else(|e| panic!("encoder: {e}"))
     }
 
     /// Runs every block and returns each block's self-attention weights, for inspection.
@@ -338,7 +346,13 @@ impl Encoder {
         padding: Option<Tensor<2, Bool>>,
     ) -> Result<(Tensor<3>, Vec<Tensor<4>>), ModelError> {
         let (x, weights) = self.run(x, padding, NeedWeights::PerHead)?;
-        Ok((x, weights.into_iter().map(|w| w.expect("weights were asked for")).collect()))
+        Ok((
+            x,
+            weights
+                .into_iter()
+                .map(|w| w.expect("weights were asked for"))
+                .collect(),
+        ))
     }
 
     /// Number of blocks.
@@ -382,7 +396,9 @@ mod tests {
     const D_FF: usize = 7;
 
     fn block_config(norm: NormPlacement) -> EncoderBlockConfig {
-        EncoderBlockConfig::new(D_MODEL, N_HEADS, D_FF).with_dropout(0.0).with_norm(norm)
+        EncoderBlockConfig::new(D_MODEL, N_HEADS, D_FF)
+            .with_dropout(0.0)
+            .with_norm(norm)
     }
 
     fn padding(lengths: &[usize], device: &Device) -> Tensor<2, Bool> {
@@ -418,11 +434,15 @@ mod tests {
         for_each_device(|d| {
             for norm in [NormPlacement::Post, NormPlacement::Pre] {
                 let mut rng = SeededRng::new(32);
-                let block = block_config(norm).with_causal(true).init(&d.device).expect("valid");
+                let block = block_config(norm)
+                    .with_causal(true)
+                    .init(&d.device)
+                    .expect("valid");
                 let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
                 let full = block.forward(x.clone(), None);
                 for t in 0..SEQ_LEN {
-                    let prefix = block.forward(x.clone().slice([0..BATCH, 0..t + 1, 0..D_MODEL]), None);
+                    let prefix =
+                        block.forward(x.clone().slice([0..BATCH, 0..t + 1, 0..D_MODEL]), None);
                     assert_tensors_close(
                         prefix.slice([0..BATCH, t..t + 1, 0..D_MODEL]),
                         full.clone().slice([0..BATCH, t..t + 1, 0..D_MODEL]),
@@ -445,7 +465,8 @@ mod tests {
                 .expect("valid");
             let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
             let order = [3_i64, 0, 4, 1, 2];
-            let perm = Tensor::<1, burn::tensor::Int>::from_data(TensorData::from(order), &d.device);
+            let perm =
+                Tensor::<1, burn::tensor::Int>::from_data(TensorData::from(order), &d.device);
             let permuted_out = encoder.forward(x.clone().select(1, perm.clone()), None);
             let out_permuted = encoder.forward(x, None).select(1, perm);
             assert_tensors_close(permuted_out, out_permuted, ATOL, RTOL, "f(Px) = P f(x)");
@@ -465,7 +486,13 @@ mod tests {
             let (out, weights) = encoder
                 .forward_with_weights(x.clone(), Some(pad.clone()))
                 .expect("explicit strategy");
-            assert_tensors_close(out, encoder.forward(x, Some(pad)), ATOL, RTOL, "same output");
+            assert_tensors_close(
+                out,
+                encoder.forward(x, Some(pad)),
+                ATOL,
+                RTOL,
+                "same output",
+            );
             assert_eq!(weights.len(), 3);
             for w in weights {
                 assert_eq!(w.dims(), [BATCH, N_HEADS, SEQ_LEN, SEQ_LEN]);
@@ -483,7 +510,9 @@ mod tests {
         for_each_device(|d| {
             let mut rng = SeededRng::new(35);
             let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
-            let post = block_config(NormPlacement::Post).init(&d.device).expect("valid");
+            let post = block_config(NormPlacement::Post)
+                .init(&d.device)
+                .expect("valid");
             let pre = block_config(NormPlacement::Pre)
                 .init(&d.device)
                 .expect("valid")
@@ -497,17 +526,33 @@ mod tests {
             assert_close_slices(&var, &vec![1.0; var.len()], 1e-3, 0.0, "variance");
             let z = pre.forward(x, None);
             let (diff, _) = attn_testing::max_abs_diff(&to_vec(y), &to_vec(z));
-            assert!(diff > 1e-2, "same parameters, different placement: diff {diff}");
+            assert!(
+                diff > 1e-2,
+                "same parameters, different placement: diff {diff}"
+            );
         });
     }
 
     #[test]
     fn config_errors_surface_from_every_part() {
-        let err = EncoderBlockConfig::new(10, 3, 7).validate().expect_err("10 / 3");
-        assert!(matches!(err, ModelError::HeadsDoNotDivide { d_model: 10, n_heads: 3 }));
-        let err = EncoderBlockConfig::new(12, 3, 0).validate().expect_err("d_ff 0");
+        let err = EncoderBlockConfig::new(10, 3, 7)
+            .validate()
+            .expect_err("10 / 3");
+        assert!(matches!(
+            err,
+            ModelError::HeadsDoNotDivide {
+                d_model: 10,
+                n_heads: 3
+            }
+        ));
+        let err = EncoderBlockConfig::new(12, 3, 0)
+            .validate()
+            .expect_err("d_ff 0");
         assert!(matches!(err, ModelError::ZeroSize { what: "d_ff" }));
-        let err = EncoderBlockConfig::new(12, 3, 7).with_layer_norm_eps(0.0).validate().expect_err("eps");
+        let err = EncoderBlockConfig::new(12, 3, 7)
+            .with_layer_norm_eps(0.0)
+            .validate()
+            .expect_err("eps");
         assert!(matches!(err, ModelError::InvalidEpsilon { .. }));
         let err = EncoderConfig::new(2, EncoderBlockConfig::new(12, 3, 7).with_dropout(1.0))
             .init(&Device::flex())
@@ -518,8 +563,22 @@ mod tests {
     #[test]
     fn wrong_width_is_an_error_not_a_panic_inside_burn() {
         let device = Device::flex();
-        let block = block_config(NormPlacement::Post).init(&device).expect("valid");
-        let err = block.try_forward(Tensor::zeros([1, 2, 8], &device), None).expect_err("width 8");
-        assert!(matches!(err, ModelError::WidthMismatch { expected: 12, got: 8, .. }), "{err}");
+        let block = block_config(NormPlacement::Post)
+            .init(&device)
+            .expect("valid");
+        let err = block
+            .try_forward(Tensor::zeros([1, 2, 8], &device), None)
+            .expect_err("width 8");
+        assert!(
+            matches!(
+                err,
+                ModelError::WidthMismatch {
+                    expected: 12,
+                    got: 8,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

@@ -124,7 +124,9 @@ pub enum ModelError {
         name: String,
     },
     /// A tensor whose shape is not the one the module needs.
-    #[error("tensor `{name}` has shape {got:?}, but the module needs {expected:?} (PyTorch layout)")]
+    #[error(
+        "tensor `{name}` has shape {got:?}, but the module needs {expected:?} (PyTorch layout)"
+    )]
     TensorShape {
         /// PyTorch's name for it.
         name: String,
@@ -154,7 +156,11 @@ pub(crate) fn check_dropout(dropout: f64) -> Result<(), ModelError> {
 
 /// Checks that `size` is not zero.
 pub(crate) fn check_nonzero(what: &'static str, size: usize) -> Result<(), ModelError> {
-    if size == 0 { Err(ModelError::ZeroSize { what }) } else { Ok(()) }
+    if size == 0 {
+        Err(ModelError::ZeroSize { what })
+    } else {
+        Ok(())
+    }
 }
 
 /// Checks that `d_model` splits into `n_heads` heads of equal, non-zero width.
@@ -186,28 +192,49 @@ mod tests {
     fn dropout_outside_the_unit_interval_is_rejected_with_its_value() {
         for bad in [-0.1, 1.0, 1.5, f64::NAN] {
             let err = check_dropout(bad).expect_err("invalid dropout");
-            assert!(matches!(err, ModelError::InvalidDropout { .. }), "{bad}: {err}");
+            assert!(
+                matches!(err, ModelError::InvalidDropout { .. }),
+                "{bad}: {err}"
+            );
         }
         for good in [0.0, 0.1, 0.999] {
             check_dropout(good).expect("valid dropout");
         }
-        assert_eq!(check_dropout(1.5).expect_err("1.5").to_string(), "dropout must be in [0, 1), got 1.5");
+        assert_eq!(
+            check_dropout(1.5).expect_err("1.5").to_string(),
+            "dropout must be in [0, 1), got 1.5"
+        );
     }
 
     #[test]
     fn heads_must_be_nonzero_and_divide_the_width() {
         assert!(matches!(check_heads(12, 0), Err(ModelError::ZeroHeads)));
-        assert!(matches!(check_heads(0, 3), Err(ModelError::ZeroSize { what: "d_model" })));
+        assert!(matches!(
+            check_heads(0, 3),
+            Err(ModelError::ZeroSize { what: "d_model" })
+        ));
         let err = check_heads(10, 3).expect_err("10 / 3");
-        assert!(matches!(err, ModelError::HeadsDoNotDivide { d_model: 10, n_heads: 3 }));
-        assert_eq!(err.to_string(), "d_model (10) is not divisible by n_heads (3)");
+        assert!(matches!(
+            err,
+            ModelError::HeadsDoNotDivide {
+                d_model: 10,
+                n_heads: 3
+            }
+        ));
+        assert_eq!(
+            err.to_string(),
+            "d_model (10) is not divisible by n_heads (3)"
+        );
         check_heads(12, 3).expect("12 / 3");
     }
 
     #[test]
     fn epsilon_must_be_positive_and_finite() {
         for bad in [0.0, -1e-5, f64::INFINITY, f64::NAN] {
-            assert!(matches!(check_epsilon(bad), Err(ModelError::InvalidEpsilon { .. })), "{bad}");
+            assert!(
+                matches!(check_epsilon(bad), Err(ModelError::InvalidEpsilon { .. })),
+                "{bad}"
+            );
         }
         check_epsilon(1e-5).expect("1e-5");
     }

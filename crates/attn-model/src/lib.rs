@@ -40,10 +40,14 @@ mod feed_forward;
 pub mod pytorch;
 mod token_encoder;
 
-pub use attention::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig, NeedWeights};
+pub use attention::{
+    MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig, NeedWeights,
+};
 pub use attn_pos::{AlibiForm, PositionalScheme, RotaryPairing};
 pub use encoder::{Encoder, EncoderBlock, EncoderBlockConfig, EncoderConfig, NormPlacement};
 pub use error::ModelError;
 pub use feed_forward::{Activation, FeedForward, FeedForwardConfig};
-pub use pytorch::{StateDict, TorchEncoderLayer, TorchLayerNorm, TorchLinear, TorchMultiheadAttention};
+pub use pytorch::{
+    StateDict, TorchEncoderLayer, TorchLayerNorm, TorchLinear, TorchMultiheadAttention,
+};
 pub use token_encoder::{TokenEncoder, TokenEncoderConfig};

@@ -96,7 +96,13 @@ impl TorchMultiheadAttention {
                 got: vec![rows, d_model],
             });
         }
-        split_in_proj(in_proj_weight, in_proj_bias, [d_model; 3], out_proj, "in_proj_bias")
+        split_in_proj(
+            in_proj_weight,
+            in_proj_bias,
+            [d_model; 3],
+            out_proj,
+            "in_proj_bias",
+        )
     }
 }
 
@@ -135,7 +141,8 @@ impl EncoderBlock {
     /// (`self_attn.out_proj.weight`, `linear1.bias`, `norm2.weight`, ...).
     pub fn load_pytorch(mut self, weights: TorchEncoderLayer) -> Result<Self, ModelError> {
         self.attention = load_attention(self.attention, weights.self_attn, "self_attn.")?;
-        self.feed_forward.expand = load_linear(self.feed_forward.expand, weights.linear1, "linear1")?;
+        self.feed_forward.expand =
+            load_linear(self.feed_forward.expand, weights.linear1, "linear1")?;
         self.feed_forward.contract =
             load_linear(self.feed_forward.contract, weights.linear2, "linear2")?;
         self.norm_attn = load_norm(self.norm_attn, weights.norm1, "norm1")?;
@@ -150,7 +157,11 @@ impl EncoderBlock {
     /// # Errors
     /// [`ModelError::MissingTensor`], [`ModelError::TensorShape`] (expected and found shapes, in
     /// PyTorch's layout), [`ModelError::TensorDtype`], each naming the tensor.
-    pub fn load_pytorch_state_dict(self, dict: &StateDict, prefix: &str) -> Result<Self, ModelError> {
+    pub fn load_pytorch_state_dict(
+        self,
+        dict: &StateDict,
+        prefix: &str,
+    ) -> Result<Self, ModelError> {
         let weights = dict.encoder_layer(&self, prefix)?;
         self.load_pytorch(weights)
     }
@@ -163,7 +174,11 @@ impl Encoder {
     /// # Errors
     /// As [`EncoderBlock::load_pytorch_state_dict`]; [`ModelError::UnexpectedTensor`] when the
     /// dict has a final norm and the encoder does not.
-    pub fn load_pytorch_state_dict(mut self, dict: &StateDict, prefix: &str) -> Result<Self, ModelError> {
+    pub fn load_pytorch_state_dict(
+        mut self,
+        dict: &StateDict,
+        prefix: &str,
+    ) -> Result<Self, ModelError> {
         self.layers = std::mem::take(&mut self.layers)
             .into_iter()
             .enumerate()
@@ -174,10 +189,16 @@ impl Encoder {
             Some(norm) => {
                 let device = norm.gamma.val().device();
                 let d_model = norm.gamma.shape().dims::<1>()[0];
-                Some(load_norm(norm, dict.layer_norm(&name, d_model, &device)?, &name)?)
+                Some(load_norm(
+                    norm,
+                    dict.layer_norm(&name, d_model, &device)?,
+                    &name,
+                )?)
             }
             None if dict.contains(&format!("{name}.weight")) => {
-                return Err(ModelError::UnexpectedTensor { name: format!("{name}.weight") });
+                return Err(ModelError::UnexpectedTensor {
+                    name: format!("{name}.weight"),
+                });
             }
             None => None,
         };
@@ -208,8 +229,9 @@ impl StateDict {
     /// [`ModelError::Load`] with the parser's reason when the bytes are not a valid
     /// safetensors file (truncated, corrupt header, offsets out of range).
     pub fn from_safetensors(bytes: &[u8]) -> Result<Self, ModelError> {
-        let parsed = SafeTensors::deserialize(bytes)
-            .map_err(|e| ModelError::Load { reason: e.to_string() })?;
+        let parsed = SafeTensors::deserialize(bytes).map_err(|e| ModelError::Load {
+            reason: e.to_string(),
+        })?;
         let tensors = parsed
             .iter()
             .map(|(name, view)| {
@@ -250,8 +272,10 @@ impl StateDict {
         expected: [usize; D],
         device: &Device,
     ) -> Result<Tensor<D>, ModelError> {
-        let stored =
-            self.tensors.get(name).ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
+        let stored = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
         if stored.shape != expected {
             return Err(ModelError::TensorShape {
                 name: name.into(),
@@ -271,7 +295,10 @@ impl StateDict {
                 .map(|b| f64::from_le_bytes(b.try_into().expect("chunks of 8 bytes")) as f32)
                 .collect(),
             other => {
-                return Err(ModelError::TensorDtype { name: name.into(), dtype: format!("{other:?}") });
+                return Err(ModelError::TensorDtype {
+                    name: name.into(),
+                    dtype: format!("{other:?}"),
+                });
             }
         };
         Ok(Tensor::from_data(TensorData::new(values, expected), device))
@@ -314,12 +341,20 @@ impl StateDict {
     ///
     /// # Errors
     /// As [`tensor`](Self::tensor).
-    pub fn encoder_layer(&self, block: &EncoderBlock, prefix: &str) -> Result<TorchEncoderLayer, ModelError> {
+    pub fn encoder_layer(
+        &self,
+        block: &EncoderBlock,
+        prefix: &str,
+    ) -> Result<TorchEncoderLayer, ModelError> {
         let device = block.norm_attn.gamma.val().device();
         let d_model = block.d_model();
         let d_ff = block.feed_forward.d_ff();
         Ok(TorchEncoderLayer {
-            self_attn: self.multihead_attention(&block.attention, &format!("{prefix}self_attn"), &device)?,
+            self_attn: self.multihead_attention(
+                &block.attention,
+                &format!("{prefix}self_attn"),
+                &device,
+            )?,
             linear1: self.linear(&format!("{prefix}linear1"), d_ff, d_model, &device)?,
             linear2: self.linear(&format!("{prefix}linear2"), d_model, d_ff, &device)?,
             norm1: self.layer_norm(&format!("{prefix}norm1"), d_model, &device)?,
@@ -351,8 +386,11 @@ impl StateDict {
             let packed = Tensor::cat(vec![q, k, v], 0); // [d_model + 2 · d_kv, d_context]
             return split_in_proj(packed, in_proj_bias, rows, out_proj, &bias_name);
         }
-        let in_proj =
-            self.tensor(&format!("{name}.in_proj_weight"), [d_model + 2 * d_kv, d_context], device)?;
+        let in_proj = self.tensor(
+            &format!("{name}.in_proj_weight"),
+            [d_model + 2 * d_kv, d_context],
+            device,
+        )?;
         split_in_proj(in_proj, in_proj_bias, rows, out_proj, &bias_name)
     }
 
@@ -362,7 +400,11 @@ impl StateDict {
         expected: [usize; D],
         device: &Device,
     ) -> Result<Option<Tensor<D>>, ModelError> {
-        if self.contains(name) { self.tensor(name, expected, device).map(Some) } else { Ok(None) }
+        if self.contains(name) {
+            self.tensor(name, expected, device).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 }
 
@@ -409,21 +451,33 @@ fn load_attention(
     attention.w_q = load_linear(attention.w_q, weights.q, &format!("{prefix}q_proj"))?;
     attention.w_k = load_linear(attention.w_k, weights.k, &format!("{prefix}k_proj"))?;
     attention.w_v = load_linear(attention.w_v, weights.v, &format!("{prefix}v_proj"))?;
-    attention.w_o = load_linear(attention.w_o, weights.out_proj, &format!("{prefix}out_proj"))?;
+    attention.w_o = load_linear(
+        attention.w_o,
+        weights.out_proj,
+        &format!("{prefix}out_proj"),
+    )?;
     Ok(attention)
 }
 
 /// Sets a burn `Linear` (`[d_input, d_output]`) from PyTorch's `[d_output, d_input]`.
 fn load_linear(mut linear: Linear, torch: TorchLinear, name: &str) -> Result<Linear, ModelError> {
     let [d_input, d_output] = linear.weight.shape().dims();
-    check_torch_shape(&format!("{name}.weight"), &[d_output, d_input], &torch.weight.dims())?;
+    check_torch_shape(
+        &format!("{name}.weight"),
+        &[d_output, d_input],
+        &torch.weight.dims(),
+    )?;
     linear.weight = replace(linear.weight, torch.weight.transpose()); // [d_input, d_output]
     linear.bias = load_optional(linear.bias, torch.bias, &format!("{name}.bias"), d_output)?;
     Ok(linear)
 }
 
 /// Sets a LayerNorm's `γ` and `β`.
-fn load_norm(mut norm: LayerNorm, torch: TorchLayerNorm, name: &str) -> Result<LayerNorm, ModelError> {
+fn load_norm(
+    mut norm: LayerNorm,
+    torch: TorchLayerNorm,
+    name: &str,
+) -> Result<LayerNorm, ModelError> {
     let [d_model] = norm.gamma.shape().dims();
     check_torch_shape(&format!("{name}.weight"), &[d_model], &torch.weight.dims())?;
     norm.gamma = replace(norm.gamma, torch.weight);
@@ -453,7 +507,11 @@ fn check_torch_shape(name: &str, expected: &[usize], got: &[usize]) -> Result<()
     if expected == got {
         Ok(())
     } else {
-        Err(ModelError::TensorShape { name: name.into(), expected: expected.to_vec(), got: got.to_vec() })
+        Err(ModelError::TensorShape {
+            name: name.into(),
+            expected: expected.to_vec(),
+            got: got.to_vec(),
+        })
     }
 }
 
@@ -462,7 +520,10 @@ fn check_torch_shape(name: &str, expected: &[usize], got: &[usize]) -> Result<()
 fn replace<const D: usize>(param: Param<Tensor<D>>, value: Tensor<D>) -> Param<Tensor<D>> {
     param.map(|old| {
         let trains = old.is_require_grad();
-        value.to_device(&old.device()).detach().set_require_grad(trains)
+        value
+            .to_device(&old.device())
+            .detach()
+            .set_require_grad(trains)
     })
 }
 
@@ -476,28 +537,46 @@ mod tests {
     fn state_dict_bytes(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> Vec<u8> {
         let raw: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
             .iter()
-            .map(|(n, s, v)| (n.to_string(), s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()))
+            .map(|(n, s, v)| {
+                (
+                    n.to_string(),
+                    s.clone(),
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )
+            })
             .collect();
         let views: Vec<(String, TensorView<'_>)> = raw
             .iter()
-            .map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), b).expect("valid view")))
+            .map(|(n, s, b)| {
+                (
+                    n.clone(),
+                    TensorView::new(Dtype::F32, s.clone(), b).expect("valid view"),
+                )
+            })
             .collect();
         safetensors::serialize(views, None).expect("serialises")
     }
 
     fn relu_post_norm_bytes() -> Vec<u8> {
-        std::fs::read(data_dir().join("encoder_layer_relu_post_norm.safetensors")).expect("reference file")
+        std::fs::read(data_dir().join("encoder_layer_relu_post_norm.safetensors"))
+            .expect("reference file")
     }
 
     fn block(device: &Device) -> EncoderBlock {
-        EncoderBlockConfig::new(8, 2, 16).with_dropout(0.0).init(device).expect("valid")
+        EncoderBlockConfig::new(8, 2, 16)
+            .with_dropout(0.0)
+            .init(device)
+            .expect("valid")
     }
 
     #[test]
     fn weights_are_transposed_from_pytorch_layout() {
         let device = Device::flex();
         let mut rng = SeededRng::new(51);
-        let mha = MultiHeadAttentionConfig::new(4, 2).with_d_context(Some(3)).init(&device).expect("valid");
+        let mha = MultiHeadAttentionConfig::new(4, 2)
+            .with_d_context(Some(3))
+            .init(&device)
+            .expect("valid");
         let linear = |d_out, d_in, rng: &mut SeededRng| TorchLinear {
             weight: rng.tensor([d_out, d_in], &device),
             bias: Some(rng.tensor([d_out], &device)),
@@ -520,12 +599,19 @@ mod tests {
         let data: Vec<f32> = (0..6 * 2).map(|i| i as f32).collect();
         let in_proj = Tensor::<2>::from_data(TensorData::new(data, [6, 2]), &device);
         let bias = Tensor::<1>::from_floats([0.0, 1.0, 2.0, 3.0, 4.0, 5.0], &device);
-        let out = TorchLinear { weight: Tensor::zeros([2, 2], &device), bias: None };
-        let split = TorchMultiheadAttention::from_in_proj(in_proj, Some(bias), out).expect("3 · 2 rows");
+        let out = TorchLinear {
+            weight: Tensor::zeros([2, 2], &device),
+            bias: None,
+        };
+        let split =
+            TorchMultiheadAttention::from_in_proj(in_proj, Some(bias), out).expect("3 · 2 rows");
         assert_eq!(to_vec(split.k.weight), [4.0, 5.0, 6.0, 7.0]);
         assert_eq!(to_vec(split.v.bias.expect("bias")), [4.0, 5.0]);
         let bad = Tensor::<2>::zeros([5, 2], &device);
-        let out = TorchLinear { weight: Tensor::zeros([2, 2], &device), bias: None };
+        let out = TorchLinear {
+            weight: Tensor::zeros([2, 2], &device),
+            bias: None,
+        };
         let err = TorchMultiheadAttention::from_in_proj(bad, None, out).expect_err("5 rows");
         assert_eq!(
             err.to_string(),
@@ -540,7 +626,9 @@ mod tests {
         assert!(dict.contains("self_attn.in_proj_weight"));
         assert_eq!(dict.shape("linear1.weight"), Some(&[16, 8][..]));
         assert_eq!(dict.names().count(), 12);
-        let loaded = block(&device).load_pytorch_state_dict(&dict, "").expect("loads");
+        let loaded = block(&device)
+            .load_pytorch_state_dict(&dict, "")
+            .expect("loads");
         let gamma = to_vec(loaded.norm_ff.gamma.val());
         let want = to_vec(dict.tensor("norm2.weight", [8], &device).expect("present"));
         assert_close_slices(&gamma, &want, 0.0, 0.0, "norm2 is the feed-forward norm");
@@ -557,14 +645,22 @@ mod tests {
                 let shape = dict.shape(name).expect("listed").to_vec();
                 let t = match shape.len() {
                     1 => to_vec(dict.tensor::<1>(name, [shape[0]], &device).expect("f32")),
-                    _ => to_vec(dict.tensor::<2>(name, [shape[0], shape[1]], &device).expect("f32")),
+                    _ => to_vec(
+                        dict.tensor::<2>(name, [shape[0], shape[1]], &device)
+                            .expect("f32"),
+                    ),
                 };
                 kept.push((name.as_str(), shape, t));
             }
         }
         let dict = StateDict::from_safetensors(&state_dict_bytes(&kept)).expect("valid");
-        let err = block(&device).load_pytorch_state_dict(&dict, "").expect_err("no linear2.bias");
-        assert_eq!(err.to_string(), "tensor `linear2.bias` is missing from the state dict");
+        let err = block(&device)
+            .load_pytorch_state_dict(&dict, "")
+            .expect_err("no linear2.bias");
+        assert_eq!(
+            err.to_string(),
+            "tensor `linear2.bias` is missing from the state dict"
+        );
     }
 
     #[test]
@@ -572,8 +668,13 @@ mod tests {
         let device = Device::flex();
         // A block with d_ff = 12 cannot take PyTorch's d_ff = 16 weights.
         let dict = StateDict::from_safetensors(&relu_post_norm_bytes()).expect("valid file");
-        let narrow = EncoderBlockConfig::new(8, 2, 12).with_dropout(0.0).init(&device).expect("valid");
-        let err = narrow.load_pytorch_state_dict(&dict, "").expect_err("d_ff differs");
+        let narrow = EncoderBlockConfig::new(8, 2, 12)
+            .with_dropout(0.0)
+            .init(&device)
+            .expect("valid");
+        let err = narrow
+            .load_pytorch_state_dict(&dict, "")
+            .expect_err("d_ff differs");
         assert!(
             matches!(&err, ModelError::TensorShape { name, expected, got }
                 if name == "linear1.weight" && expected == &[12, 8] && got == &[16, 8]),
@@ -588,19 +689,28 @@ mod tests {
         let err = StateDict::from_safetensors(&bytes).expect_err("truncated");
         assert!(matches!(err, ModelError::Load { .. }), "{err}");
         let err = StateDict::from_safetensors(b"not a safetensors file").expect_err("garbage");
-        assert!(err.to_string().starts_with("cannot read the safetensors state dict"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("cannot read the safetensors state dict"),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_bias_the_module_lacks_is_unexpected() {
         let device = Device::flex();
-        let bytes = state_dict_bytes(&[("weight", vec![2, 3], vec![0.0; 6]), ("bias", vec![2], vec![0.0; 2])]);
+        let bytes = state_dict_bytes(&[
+            ("weight", vec![2, 3], vec![0.0; 6]),
+            ("bias", vec![2], vec![0.0; 2]),
+        ]);
         let dict = StateDict::from_safetensors(&bytes).expect("valid");
         let torch = TorchLinear {
             weight: dict.tensor("weight", [2, 3], &device).expect("present"),
             bias: Some(dict.tensor("bias", [2], &device).expect("present")),
         };
-        let linear = burn::nn::LinearConfig::new(3, 2).with_bias(false).init(&device);
+        let linear = burn::nn::LinearConfig::new(3, 2)
+            .with_bias(false)
+            .init(&device);
         let err = load_linear(linear, torch, "proj").expect_err("no bias in module");
         assert!(matches!(err, ModelError::UnexpectedTensor { ref name } if name == "proj.bias"));
     }

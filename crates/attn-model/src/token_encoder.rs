@@ -144,12 +144,18 @@ impl TokenEncoderConfig {
     /// Any error of [`validate`](Self::validate).
     pub fn init(&self, device: &Device) -> Result<TokenEncoder, ModelError> {
         self.validate()?;
-        let std = if self.scale_embedding { (self.d_model as f64).powf(-0.5) } else { 1.0 };
+        let std = if self.scale_embedding {
+            (self.d_model as f64).powf(-0.5)
+        } else {
+            1.0
+        };
         let embedding = EmbeddingConfig::new(self.vocab, self.d_model)
             .with_initializer(Initializer::Normal { mean: 0.0, std })
             .init(device);
         let sinusoidal = match self.pos {
-            PositionalScheme::Sinusoidal { base } => Some(SinusoidalEncoding::new(self.d_model, base)?),
+            PositionalScheme::Sinusoidal { base } => {
+                Some(SinusoidalEncoding::new(self.d_model, base)?)
+            }
             _ => None,
         };
         let learned = match self.pos {
@@ -226,7 +232,8 @@ impl TokenEncoder {
     /// On an id outside `0..vocab` or a sequence longer than `max_len`, with the
     /// [`ModelError`] message.
     pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
-        self.try_forward(tokens, None).unwrap_or_else(|e| panic!("token encoder: {e}"))
+        self.try_forward(tokens, None)
+            .unwrap_or_else(|e| panic!("token encoder: {e}"))
     }
 
     /// Logits and every layer's self-attention weights, for inspection.
@@ -244,7 +251,13 @@ impl TokenEncoder {
         tokens: Tensor<2, Int>,
     ) -> Result<(Tensor<3>, Vec<Tensor<4>>), ModelError> {
         let (logits, weights) = self.run(tokens, None, NeedWeights::PerHead)?;
-        Ok((logits, weights.into_iter().map(|w| w.expect("weights were asked for")).collect()))
+        Ok((
+            logits,
+            weights
+                .into_iter()
+                .map(|w| w.expect("weights were asked for"))
+                .collect(),
+        ))
     }
 
     /// Vocabulary size.
@@ -345,8 +358,15 @@ mod tests {
             .with_dropout(0.0)
     }
 
-    fn random_tokens(rng: &mut SeededRng, batch: usize, seq_len: usize, device: &Device) -> Tensor<2, Int> {
-        let ids: Vec<i64> = (0..batch * seq_len).map(|_| rng.range(0, VOCAB - 1) as i64).collect();
+    fn random_tokens(
+        rng: &mut SeededRng,
+        batch: usize,
+        seq_len: usize,
+        device: &Device,
+    ) -> Tensor<2, Int> {
+        let ids: Vec<i64> = (0..batch * seq_len)
+            .map(|_| rng.range(0, VOCAB - 1) as i64)
+            .collect();
         Tensor::from_data(TensorData::new(ids, [batch, seq_len]), device)
     }
 
@@ -355,8 +375,13 @@ mod tests {
             PositionalScheme::None,
             PositionalScheme::Sinusoidal { base: 10_000.0 },
             PositionalScheme::Learned { max_len: 9 },
-            PositionalScheme::Rotary { theta: 10_000.0, pairing: RotaryPairing::Interleaved },
-            PositionalScheme::Alibi { form: AlibiForm::Symmetric },
+            PositionalScheme::Rotary {
+                theta: 10_000.0,
+                pairing: RotaryPairing::Interleaved,
+            },
+            PositionalScheme::Alibi {
+                form: AlibiForm::Symmetric,
+            },
         ]
     }
 
@@ -369,7 +394,10 @@ mod tests {
                 let tokens = random_tokens(&mut rng, 3, 5, &d.device);
                 let logits = model.forward(tokens.clone());
                 assert_eq!(logits.dims(), [3, 5, N_CLASSES], "{pos:?}");
-                assert!(to_vec(logits.clone()).iter().all(|v| v.is_finite()), "{pos:?}");
+                assert!(
+                    to_vec(logits.clone()).iter().all(|v| v.is_finite()),
+                    "{pos:?}"
+                );
                 let (with, weights) = model.forward_with_weights(tokens).expect("explicit");
                 assert_tensors_close(with, logits, ATOL, RTOL, "same logits");
                 assert_eq!(weights.len(), N_LAYERS);
@@ -386,24 +414,57 @@ mod tests {
         let err = model.try_forward(tokens, None).expect_err("12 >= 11");
         assert!(matches!(
             err,
-            ModelError::TokenOutOfRange { token: 12, vocab: VOCAB, batch_index: 1, position: 2 }
+            ModelError::TokenOutOfRange {
+                token: 12,
+                vocab: VOCAB,
+                batch_index: 1,
+                position: 2
+            }
         ));
         let tokens = Tensor::<2, Int>::from_ints([[1, -1, 3]], &device);
         let err = model.try_forward(tokens, None).expect_err("negative");
-        assert!(matches!(err, ModelError::TokenOutOfRange { token: -1, position: 1, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                ModelError::TokenOutOfRange {
+                    token: -1,
+                    position: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
     fn sequences_longer_than_the_learned_table_or_max_len_are_errors() {
         let device = Device::flex();
         let mut rng = SeededRng::new(42);
-        let model = config(PositionalScheme::Learned { max_len: 4 }).init(&device).expect("valid");
-        let err = model.try_forward(random_tokens(&mut rng, 2, 5, &device), None).expect_err("5 > 4");
-        assert!(matches!(err, ModelError::SequenceTooLong { seq_len: 5, max_len: 4 }));
-        let model = config(PositionalScheme::None).with_max_len(Some(3)).init(&device).expect("valid");
+        let model = config(PositionalScheme::Learned { max_len: 4 })
+            .init(&device)
+            .expect("valid");
+        let err = model
+            .try_forward(random_tokens(&mut rng, 2, 5, &device), None)
+            .expect_err("5 > 4");
+        assert!(matches!(
+            err,
+            ModelError::SequenceTooLong {
+                seq_len: 5,
+                max_len: 4
+            }
+        ));
+        let model = config(PositionalScheme::None)
+            .with_max_len(Some(3))
+            .init(&device)
+            .expect("valid");
         assert_eq!(model.max_len(), Some(3));
-        let err = model.try_forward(random_tokens(&mut rng, 2, 4, &device), None).expect_err("4 > 3");
-        assert_eq!(err.to_string(), "sequence of length 4 is longer than max_len 3");
+        let err = model
+            .try_forward(random_tokens(&mut rng, 2, 4, &device), None)
+            .expect_err("4 > 3");
+        assert_eq!(
+            err.to_string(),
+            "sequence of length 4 is longer than max_len 3"
+        );
     }
 
     #[test]
@@ -414,7 +475,8 @@ mod tests {
                 .init(&d.device)
                 .expect("valid");
             let lengths = [5, 2, 4];
-            let padding = attn_core::padding_mask_from_lengths(&lengths, 5, &d.device).expect("fit");
+            let padding =
+                attn_core::padding_mask_from_lengths(&lengths, 5, &d.device).expect("fit");
             let a = random_tokens(&mut rng, 3, 5, &d.device);
             let b = random_tokens(&mut rng, 3, 5, &d.device);
             // Same real tokens, different padding tokens.
@@ -424,7 +486,10 @@ mod tests {
             for (i, (x, y)) in la.iter().zip(&lb).enumerate() {
                 let (batch, position) = (i / (5 * N_CLASSES), i / N_CLASSES % 5);
                 if position < lengths[batch] {
-                    assert!((x - y).abs() <= ATOL + RTOL * y.abs(), "{batch},{position}: {x} vs {y}");
+                    assert!(
+                        (x - y).abs() <= ATOL + RTOL * y.abs(),
+                        "{batch},{position}: {x} vs {y}"
+                    );
                 }
             }
         });
@@ -453,7 +518,8 @@ mod tests {
     #[test]
     fn config_and_module_round_trip_through_json_and_a_record() {
         let device = Device::flex();
-        let dir = std::env::temp_dir().join(format!("attn-model-token-encoder-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("attn-model-token-encoder-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let cfg = config(PositionalScheme::Learned { max_len: 6 })
             .with_norm(NormPlacement::Pre)
@@ -463,7 +529,10 @@ mod tests {
         let cfg_path = dir.join("config.json");
         cfg.save(&cfg_path).expect("save config");
         let loaded = TokenEncoderConfig::load(&cfg_path).expect("load config");
-        assert_eq!(burn::config::config_to_json(&loaded), burn::config::config_to_json(&cfg));
+        assert_eq!(
+            burn::config::config_to_json(&loaded),
+            burn::config::config_to_json(&cfg)
+        );
 
         let mut rng = SeededRng::new(45);
         let model = cfg.init(&device).expect("valid");
@@ -472,7 +541,10 @@ mod tests {
         let model_path = dir.join("model.bpk");
         model.save_file(&model_path).expect("save record");
         let fresh = loaded.init(&device).expect("valid");
-        let (diff, _) = attn_testing::max_abs_diff(&to_vec(fresh.forward(tokens.clone())), &to_vec(want.clone()));
+        let (diff, _) = attn_testing::max_abs_diff(
+            &to_vec(fresh.forward(tokens.clone())),
+            &to_vec(want.clone()),
+        );
         assert!(diff > 1e-3, "a fresh model differs before loading");
         let restored = fresh.try_load_file(&model_path).expect("load record");
         assert_tensors_close(restored.forward(tokens), want, 0.0, 0.0, "restored model");
@@ -481,15 +553,32 @@ mod tests {
 
     #[test]
     fn config_errors_come_before_any_tensor() {
-        let err = TokenEncoderConfig::new(0, N_CLASSES, D_MODEL, N_HEADS, N_LAYERS, D_FF, PositionalScheme::None)
-            .validate()
-            .expect_err("vocab 0");
+        let err = TokenEncoderConfig::new(
+            0,
+            N_CLASSES,
+            D_MODEL,
+            N_HEADS,
+            N_LAYERS,
+            D_FF,
+            PositionalScheme::None,
+        )
+        .validate()
+        .expect_err("vocab 0");
         assert!(matches!(err, ModelError::ZeroSize { what: "vocab" }));
         let err = TokenEncoderConfig::new(VOCAB, N_CLASSES, 10, 3, 1, 7, PositionalScheme::None)
             .validate()
             .expect_err("10 / 3");
-        assert!(matches!(err, ModelError::HeadsDoNotDivide { d_model: 10, n_heads: 3 }));
-        let err = config(PositionalScheme::None).with_dropout(1.0).validate().expect_err("p = 1");
+        assert!(matches!(
+            err,
+            ModelError::HeadsDoNotDivide {
+                d_model: 10,
+                n_heads: 3
+            }
+        ));
+        let err = config(PositionalScheme::None)
+            .with_dropout(1.0)
+            .validate()
+            .expect_err("p = 1");
         assert!(matches!(err, ModelError::InvalidDropout { .. }));
     }
 }

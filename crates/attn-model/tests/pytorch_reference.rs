@@ -9,7 +9,9 @@ use attn_model::{
     NormPlacement, StateDict, TorchEncoderLayer, TorchLayerNorm, TorchLinear,
     TorchMultiheadAttention,
 };
-use attn_testing::{ATOL, RTOL, RefTensor, TestDevice, assert_close, data_dir, for_each_device, load_reference};
+use attn_testing::{
+    ATOL, RTOL, RefTensor, TestDevice, assert_close, data_dir, for_each_device, load_reference,
+};
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use serde::Deserialize;
 
@@ -22,7 +24,10 @@ struct BoolRef {
 
 impl BoolRef {
     fn tensor(&self, device: &Device) -> Tensor<2, Bool> {
-        Tensor::from_data(TensorData::new(self.data.clone(), self.shape.clone()), device)
+        Tensor::from_data(
+            TensorData::new(self.data.clone(), self.shape.clone()),
+            device,
+        )
     }
 }
 
@@ -82,11 +87,17 @@ struct Cases<T> {
 }
 
 fn linear(weight: &RefTensor, bias: &RefTensor, device: &Device) -> TorchLinear {
-    TorchLinear { weight: weight.tensor(device), bias: Some(bias.tensor(device)) }
+    TorchLinear {
+        weight: weight.tensor(device),
+        bias: Some(bias.tensor(device)),
+    }
 }
 
 fn layer_norm(gamma: &RefTensor, beta: &RefTensor, device: &Device) -> TorchLayerNorm {
-    TorchLayerNorm { weight: gamma.tensor(device), bias: Some(beta.tensor(device)) }
+    TorchLayerNorm {
+        weight: gamma.tensor(device),
+        bias: Some(beta.tensor(device)),
+    }
 }
 
 #[test]
@@ -114,9 +125,19 @@ fn multi_head_attention_matches_pytorch_outputs_and_per_head_weights() {
                 MhaInput::cross_attention(query, case.context.tensor(device))
             };
             let padding = case.key_padding_masked.tensor(device);
-            let out = mha.forward(input.with_padding(padding).with_weights(NeedWeights::PerHead));
+            let out = mha.forward(
+                input
+                    .with_padding(padding)
+                    .with_weights(NeedWeights::PerHead),
+            );
             let what = format!("{} on {}", case.name, d.name);
-            assert_close(out.output, &case.out, ATOL, RTOL, &format!("{what}: output"));
+            assert_close(
+                out.output,
+                &case.out,
+                ATOL,
+                RTOL,
+                &format!("{what}: output"),
+            );
             assert_close(
                 out.weights.expect("asked for weights"),
                 &case.weights_per_head,
@@ -134,7 +155,11 @@ fn block_config(case: &EncoderCase) -> EncoderBlockConfig {
         "gelu" => Activation::Gelu,
         other => panic!("unknown activation {other}"),
     };
-    let norm = if case.norm_first { NormPlacement::Pre } else { NormPlacement::Post };
+    let norm = if case.norm_first {
+        NormPlacement::Pre
+    } else {
+        NormPlacement::Post
+    };
     EncoderBlockConfig::new(case.d_model, case.n_heads, case.d_ff)
         .with_dropout(0.0)
         .with_activation(activation)
@@ -206,11 +231,16 @@ fn a_state_dict_loads_into_every_layer_of_an_encoder_under_its_prefix() {
     let cases = [&file.cases[0], &file.cases[2]];
     let mut raw: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (i, case) in cases.iter().enumerate() {
-        let bytes = std::fs::read(data_dir().join(format!("encoder_layer_{}.safetensors", case.name)))
-            .expect("reference file");
+        let bytes =
+            std::fs::read(data_dir().join(format!("encoder_layer_{}.safetensors", case.name)))
+                .expect("reference file");
         let st = safetensors::SafeTensors::deserialize(&bytes).expect("valid");
         for (name, view) in st.iter() {
-            raw.push((format!("layers.{i}.{name}"), view.shape().to_vec(), view.data().to_vec()));
+            raw.push((
+                format!("layers.{i}.{name}"),
+                view.shape().to_vec(),
+                view.data().to_vec(),
+            ));
         }
     }
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = raw
@@ -221,8 +251,9 @@ fn a_state_dict_loads_into_every_layer_of_an_encoder_under_its_prefix() {
             (n.clone(), view)
         })
         .collect();
-    let dict = StateDict::from_safetensors(&safetensors::serialize(views, None).expect("serialises"))
-        .expect("valid");
+    let dict =
+        StateDict::from_safetensors(&safetensors::serialize(views, None).expect("serialises"))
+            .expect("valid");
     // Both cases are post-norm; they differ in activation, so build each block on its own and
     // load through the encoder path for the first (ReLU) layer.
     let relu = block_config(cases[0]);
@@ -241,14 +272,26 @@ fn a_state_dict_loads_into_every_layer_of_an_encoder_under_its_prefix() {
     };
     let x = cases[0].input.tensor::<3>(&device);
     let padding = cases[0].key_padding_masked.tensor(&device);
-    let by_hand = layer("layers.1.").forward(layer("layers.0.").forward(x.clone(), Some(padding.clone())), Some(padding.clone()));
-    attn_testing::assert_tensors_close(encoder.forward(x, Some(padding)), by_hand, 0.0, 0.0, "layer order");
+    let by_hand = layer("layers.1.").forward(
+        layer("layers.0.").forward(x.clone(), Some(padding.clone())),
+        Some(padding.clone()),
+    );
+    attn_testing::assert_tensors_close(
+        encoder.forward(x, Some(padding)),
+        by_hand,
+        0.0,
+        0.0,
+        "layer order",
+    );
     let gelu = block_config(cases[1])
         .init(&device)
         .expect("valid")
         .load_pytorch_state_dict(&dict, "layers.1.")
         .expect("second layer present");
-    let d = TestDevice { name: "flex", device: device.clone() };
+    let d = TestDevice {
+        name: "flex",
+        device: device.clone(),
+    };
     check_block(&gelu, cases[1], &d, "layers.1. prefix");
     // A prefix with nothing under it names the first missing tensor.
     let err = block_config(cases[0])
@@ -256,5 +299,8 @@ fn a_state_dict_loads_into_every_layer_of_an_encoder_under_its_prefix() {
         .expect("valid")
         .load_pytorch_state_dict(&dict, "layers.2.")
         .expect_err("no third layer");
-    assert_eq!(err.to_string(), "tensor `layers.2.self_attn.out_proj.weight` is missing from the state dict");
+    assert_eq!(
+        err.to_string(),
+        "tensor `layers.2.self_attn.out_proj.weight` is missing from the state dict"
+    );
 }

@@ -213,7 +213,7 @@ pub(crate) fn validate(d_head: usize, theta: f64) -> Result<(), PosError> {
     if d_head == 0 {
         return Err(PosError::ZeroSize { what: "d_head" });
     }
-    if d_head % 2 != 0 {
+    if !d_head.is_multiple_of(2) {
         return Err(PosError::OddDHead { d_head });
     }
     if !(theta.is_finite() && theta > 1.0) {

@@ -146,7 +146,7 @@ impl PositionalScheme {
                 if n_heads == 0 {
                     return Err(PosError::ZeroHeads);
                 }
-                if d_model % n_heads != 0 {
+                if !d_model.is_multiple_of(n_heads) {
                     return Err(PosError::HeadsDoNotDivide { d_model, n_heads });
                 }
                 rotary::validate(d_model / n_heads, theta)

@@ -169,7 +169,7 @@ pub(crate) fn validate(d_model: usize, base: f64) -> Result<(), PosError> {
     if d_model == 0 {
         return Err(PosError::ZeroSize { what: "d_model" });
     }
-    if d_model % 2 != 0 {
+    if !d_model.is_multiple_of(2) {
         return Err(PosError::OddDModel { d_model });
     }
     if !(base.is_finite() && base > 1.0) {

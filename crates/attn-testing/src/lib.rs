@@ -180,7 +180,7 @@ pub fn assert_tensors_close<const D: usize>(
 pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data()
         .convert::<f32>()
-        .to_vec::<f32>()
+        .try_to_vec::<f32>()
         .expect("float tensor converts to f32")
 }
 
@@ -201,7 +201,10 @@ impl RefTensor {
     /// Panics when the rank is not `D` or the data does not fill the shape.
     pub fn tensor<const D: usize>(&self, device: &Device) -> Tensor<D> {
         self.check_rank(D);
-        Tensor::from_data(TensorData::new(self.data.clone(), self.shape.clone()), device)
+        Tensor::from_data(
+            TensorData::new(self.data.clone(), self.shape.clone()),
+            device,
+        )
     }
 
     /// The tensor as booleans (`value != 0`) on `device`.
@@ -212,7 +215,12 @@ impl RefTensor {
     }
 
     fn check_rank(&self, rank: usize) {
-        assert_eq!(self.shape.len(), rank, "reference tensor rank {:?}", self.shape);
+        assert_eq!(
+            self.shape.len(),
+            rank,
+            "reference tensor rank {:?}",
+            self.shape
+        );
         assert_eq!(
             self.shape.iter().product::<usize>(),
             self.data.len(),

@@ -40,7 +40,9 @@ pub const COMPILED: &[&str] = &[
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum BackendError {
     /// The name is not one of the backends this crate knows.
-    #[error("unknown backend `{name}`; known backends: {known}; compiled into this build: {compiled}")]
+    #[error(
+        "unknown backend `{name}`; known backends: {known}; compiled into this build: {compiled}"
+    )]
     Unknown {
         /// The name asked for.
         name: String,
@@ -87,7 +89,11 @@ pub fn device(name: &str) -> Result<Device, BackendError> {
     let compiled = COMPILED.join(", ");
     let Some(&(_, feature)) = KNOWN.iter().find(|(known, _)| *known == name) else {
         let known = KNOWN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
-        return Err(BackendError::Unknown { name: name.to_string(), known, compiled });
+        return Err(BackendError::Unknown {
+            name: name.to_string(),
+            known,
+            compiled,
+        });
     };
     compiled_device(name).ok_or_else(|| BackendError::NotCompiled {
         name: name.to_string(),
@@ -102,7 +108,8 @@ fn compiled_device(name: &str) -> Option<Device> {
         #[cfg(feature = "flex")]
         "flex" => Some(Device::flex()),
         #[cfg(feature = "ndarray")]
-        #[allow(deprecated)] // burn 0.22 deprecates ndarray in favour of flex; it still works.
+        #[allow(deprecated)]
+        // burn 0.22 deprecates ndarray in favour of flex; it still works.
         "ndarray" => Some(Device::ndarray()),
         #[cfg(feature = "wgpu")]
         "wgpu" => Some(Device::wgpu(DeviceKind::DefaultDevice)),
@@ -123,8 +130,14 @@ mod tests {
     #[test]
     fn every_compiled_backend_is_known_and_builds_a_device() {
         for name in COMPILED {
-            assert!(KNOWN.iter().any(|(k, _)| k == name), "{name} missing from KNOWN");
-            assert!(device(name).is_ok(), "{name} is compiled in but device() refused it");
+            assert!(
+                KNOWN.iter().any(|(k, _)| k == name),
+                "{name} missing from KNOWN"
+            );
+            assert!(
+                device(name).is_ok(),
+                "{name} is compiled in but device() refused it"
+            );
         }
     }
 
@@ -138,7 +151,10 @@ mod tests {
         let err = device("tpu").expect_err("tpu is not a backend");
         assert!(matches!(err, BackendError::Unknown { .. }));
         let message = err.to_string();
-        assert!(message.contains("tpu") && message.contains("flex"), "{message}");
+        assert!(
+            message.contains("tpu") && message.contains("flex"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -86,9 +86,14 @@ pub fn save(
         TrainError::io("writing", path, std::io::Error::other(e.to_string()))
     };
     let model_path = partial.join(MODEL_FILE);
-    model.clone().save_file(&model_path).map_err(|e| record_io(&model_path, e))?;
+    model
+        .clone()
+        .save_file(&model_path)
+        .map_err(|e| record_io(&model_path, e))?;
     let optim_path = partial.join(OPTIMIZER_FILE);
-    optim.save(&optim_path).map_err(|e| record_io(&optim_path, e))?;
+    optim
+        .save(&optim_path)
+        .map_err(|e| record_io(&optim_path, e))?;
     let state_path = partial.join(STATE_FILE);
     let json = serde_json::to_string_pretty(state).expect("TrainState is plain data");
     std::fs::write(&state_path, json).map_err(|e| TrainError::io("writing", &state_path, e))?;
@@ -168,11 +173,19 @@ pub fn load(
     let record =
         OptimizerRecord::load(&optim_path).map_err(|e| corrupt(&optim_path, e.to_string()))?;
     if state.step > 0 && record.is_empty() {
-        return Err(corrupt(&optim_path, "no optimizer state after training steps".into()));
+        return Err(corrupt(
+            &optim_path,
+            "no optimizer state after training steps".into(),
+        ));
     }
     let optim = optim.load_record(record);
 
-    Ok(Checkpoint { model, optim, state, path: dir.to_path_buf() })
+    Ok(Checkpoint {
+        model,
+        optim,
+        state,
+        path: dir.to_path_buf(),
+    })
 }
 
 /// Replaces `path` with `bytes` through a temporary file and a rename.

@@ -21,13 +21,19 @@ pub fn clip_global_norm<M: Module>(
     mut grads: GradientsParams,
     max_norm: f32,
 ) -> (GradientsParams, Option<Tensor<1>>) {
-    let mut sum = SquaredNorm { grads: &grads, total: None };
+    let mut sum = SquaredNorm {
+        grads: &grads,
+        total: None,
+    };
     module.visit(&mut sum);
     let Some(norm) = sum.total.map(Tensor::sqrt) else {
         return (grads, None);
     };
     let factor = (norm.clone().add_scalar(1e-6).recip() * max_norm).clamp_max(1.0);
-    module.visit(&mut Scale { grads: &mut grads, factor });
+    module.visit(&mut Scale {
+        grads: &mut grads,
+        factor,
+    });
     (grads, Some(norm))
 }
 
@@ -103,8 +109,20 @@ mod tests {
             let (grads, norm) = clip_global_norm(&m, grads, 1.0);
             let norm = norm.expect("two gradients").into_scalar::<f32>();
             assert!((norm - 5.0).abs() < 1e-5, "norm {norm}");
-            attn_testing::assert_close_slices(&values::<1>(&grads, m.a.id), &[0.6, 0.0], 1e-5, 1e-5, "a");
-            attn_testing::assert_close_slices(&values::<2>(&grads, m.b.id), &[0.0, 0.8], 1e-5, 1e-5, "b");
+            attn_testing::assert_close_slices(
+                &values::<1>(&grads, m.a.id),
+                &[0.6, 0.0],
+                1e-5,
+                1e-5,
+                "a",
+            );
+            attn_testing::assert_close_slices(
+                &values::<2>(&grads, m.b.id),
+                &[0.0, 0.8],
+                1e-5,
+                1e-5,
+                "b",
+            );
         });
     }
 
@@ -113,8 +131,20 @@ mod tests {
         for_each_device(|d| {
             let (m, grads) = grads_of([0.3, 0.0], [[0.0], [0.4]], &d.device);
             let (grads, _) = clip_global_norm(&m, grads, 1.0);
-            attn_testing::assert_close_slices(&values::<1>(&grads, m.a.id), &[0.3, 0.0], 1e-6, 1e-5, "a");
-            attn_testing::assert_close_slices(&values::<2>(&grads, m.b.id), &[0.0, 0.4], 1e-6, 1e-5, "b");
+            attn_testing::assert_close_slices(
+                &values::<1>(&grads, m.a.id),
+                &[0.3, 0.0],
+                1e-6,
+                1e-5,
+                "a",
+            );
+            attn_testing::assert_close_slices(
+                &values::<2>(&grads, m.b.id),
+                &[0.0, 0.4],
+                1e-6,
+                1e-5,
+                "b",
+            );
         });
     }
 }

@@ -222,7 +222,10 @@ impl TrainConfig {
             return bad(format!("lr must be finite and positive, got {}", o.lr));
         }
         if !(0.0..=1.0).contains(&o.final_fraction) {
-            return bad(format!("final_fraction must be in [0, 1], got {}", o.final_fraction));
+            return bad(format!(
+                "final_fraction must be in [0, 1], got {}",
+                o.final_fraction
+            ));
         }
         if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
             return bad(format!("weight_decay must be >= 0, got {}", o.weight_decay));
@@ -330,8 +333,17 @@ mod tests {
 
     #[test]
     fn validate_rejects_zero_steps_and_bad_heads() {
-        let config = TrainConfig { steps: 0, ..TrainConfig::default() };
-        assert!(config.validate().expect_err("zero steps").to_string().contains("steps"));
+        let config = TrainConfig {
+            steps: 0,
+            ..TrainConfig::default()
+        };
+        assert!(
+            config
+                .validate()
+                .expect_err("zero steps")
+                .to_string()
+                .contains("steps")
+        );
         let mut config = TrainConfig::default();
         config.model.n_heads = 5;
         assert!(matches!(config.validate(), Err(TrainError::Model(_))));

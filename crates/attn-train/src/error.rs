@@ -92,6 +92,10 @@ pub enum TrainError {
 impl TrainError {
     /// An I/O error while doing `action` on `path`.
     pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Self::Io { action, path: path.into(), source }
+        Self::Io {
+            action,
+            path: path.into(),
+            source,
+        }
     }
 }

@@ -145,7 +145,11 @@ fn main() -> Result<()> {
             config.device = device.clone();
         }
         check_device(&config.device)?;
-        let options = RunOptions { out: Some(dir.clone()), resume: true, ..options };
+        let options = RunOptions {
+            out: Some(dir.clone()),
+            resume: true,
+            ..options
+        };
         train::run(&config, &options).with_context(|| format!("resuming {}", dir.display()))?
     } else {
         let config = build_config(&cli)?;
@@ -154,12 +158,18 @@ fn main() -> Result<()> {
             .out
             .clone()
             .unwrap_or_else(|| PathBuf::from("runs").join(config.task.kind.to_string()));
-        let options = RunOptions { out: Some(out.clone()), ..options };
+        let options = RunOptions {
+            out: Some(out.clone()),
+            ..options
+        };
         train::run(&config, &options)
             .with_context(|| format!("training {} into {}", config.task.kind, out.display()))?
     };
 
-    println!("{}", serde_json::to_string(&summary).context("serialising the summary")?);
+    println!(
+        "{}",
+        serde_json::to_string(&summary).context("serialising the summary")?
+    );
     Ok(())
 }
 

@@ -41,9 +41,17 @@ pub struct EvalMetrics {
 impl Counts {
     /// Compares `predictions` (`[batch, seq_len]` row-major class ids) with `batch`'s targets.
     /// `mean_loss` is the batch's mean loss per scored position.
-    pub fn score(predictions: &[i64], batch: &Batch, mean_loss: f64, ignored: Option<usize>) -> Self {
+    pub fn score(
+        predictions: &[i64],
+        batch: &Batch,
+        mean_loss: f64,
+        ignored: Option<usize>,
+    ) -> Self {
         let scored = |target: i64| ignored.is_none_or(|i| target != i as i64);
-        let mut counts = Counts { sequences: batch.batch, ..Counts::default() };
+        let mut counts = Counts {
+            sequences: batch.batch,
+            ..Counts::default()
+        };
         for (pred_row, target_row) in predictions
             .chunks(batch.seq_len)
             .zip(batch.targets.chunks(batch.seq_len))
@@ -76,7 +84,11 @@ impl Counts {
     pub fn metrics(&self) -> EvalMetrics {
         let ratio = |a: usize, b: usize| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         EvalMetrics {
-            loss: if self.tokens == 0 { 0.0 } else { self.loss_sum / self.tokens as f64 },
+            loss: if self.tokens == 0 {
+                0.0
+            } else {
+                self.loss_sum / self.tokens as f64
+            },
             token_accuracy: ratio(self.correct_tokens, self.tokens),
             sequence_accuracy: ratio(self.correct_sequences, self.sequences),
         }
@@ -148,7 +160,9 @@ impl MetricsLog {
         for row in &self.rows {
             writer.serialize(row).map_err(|e| csv_error(&tmp, e))?;
         }
-        writer.flush().map_err(|e| TrainError::io("writing", &tmp, e))?;
+        writer
+            .flush()
+            .map_err(|e| TrainError::io("writing", &tmp, e))?;
         drop(writer);
         std::fs::rename(&tmp, path).map_err(|e| TrainError::io("renaming", path, e))
     }
@@ -179,7 +193,12 @@ mod tests {
     use super::*;
 
     fn batch(targets: Vec<i64>) -> Batch {
-        Batch { batch: 2, seq_len: 3, tokens: vec![0; 6], targets }
+        Batch {
+            batch: 2,
+            seq_len: 3,
+            tokens: vec![0; 6],
+            targets,
+        }
     }
 
     #[test]
@@ -218,7 +237,9 @@ mod tests {
             eval_sequence_accuracy: 0.125,
             wall_seconds: 3.0,
         };
-        let mut log = MetricsLog { rows: vec![row(10), row(20), row(30)] };
+        let mut log = MetricsLog {
+            rows: vec![row(10), row(20), row(30)],
+        };
         log.write_csv(&path).expect("writes");
         let back = MetricsLog::read_csv(&path).expect("reads");
         assert_eq!(back, log);

@@ -33,7 +33,10 @@ fn ensure_font() -> Result<(), String> {
 
 /// Turns any plotters error into [`TrainError::Plot`] for `path`.
 fn plot_error(path: &Path) -> impl Fn(String) -> TrainError + '_ {
-    move |reason| TrainError::Plot { path: path.to_path_buf(), reason }
+    move |reason| TrainError::Plot {
+        path: path.to_path_buf(),
+        reason,
+    }
 }
 
 /// One named line of a curve plot.
@@ -51,7 +54,13 @@ pub struct Series<'a> {
 /// # Errors
 ///
 /// [`TrainError::Plot`] when the file cannot be drawn or written.
-pub fn curves(path: &Path, title: &str, y_label: &str, series: &[Series<'_>], log_y: bool) -> Result<(), TrainError> {
+pub fn curves(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    series: &[Series<'_>],
+    log_y: bool,
+) -> Result<(), TrainError> {
     let fail = plot_error(path);
     ensure_font().map_err(&fail)?;
     let points = || series.iter().flat_map(|s| s.points.iter().copied());
@@ -79,8 +88,9 @@ pub fn curves(path: &Path, title: &str, y_label: &str, series: &[Series<'_>], lo
         draw_series(&mut chart, series, y_label, &fail)?;
     } else {
         let range = y_min.min(0.0)..(y_max * 1.05).max(1.0);
-        let mut chart =
-            builder.build_cartesian_2d(0.0..x_max, range).map_err(|e| fail(e.to_string()))?;
+        let mut chart = builder
+            .build_cartesian_2d(0.0..x_max, range)
+            .map_err(|e| fail(e.to_string()))?;
         draw_series(&mut chart, series, y_label, &fail)?;
     }
     root.present().map_err(|e| fail(e.to_string()))
@@ -88,7 +98,11 @@ pub fn curves(path: &Path, title: &str, y_label: &str, series: &[Series<'_>], lo
 
 /// Draws the mesh, the lines and the legend of a curve plot.
 fn draw_series<'a, Y>(
-    chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    chart: &mut ChartContext<
+        'a,
+        BitMapBackend<'a>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, Y>,
+    >,
     series: &[Series<'_>],
     y_label: &str,
     fail: &impl Fn(String) -> TrainError,
@@ -112,7 +126,9 @@ where
             ))
             .map_err(|e| fail(e.to_string()))?
             .label(s.name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()
@@ -137,8 +153,16 @@ pub fn loss_curve(path: &Path, log: &MetricsLog) -> Result<(), TrainError> {
         "Cross-entropy loss",
         "loss (log scale)",
         &[
-            Series { name: "train", points: at(|r| r.train_loss), color: BLUE },
-            Series { name: "held-out", points: at(|r| r.eval_loss), color: RED },
+            Series {
+                name: "train",
+                points: at(|r| r.train_loss),
+                color: BLUE,
+            },
+            Series {
+                name: "held-out",
+                points: at(|r| r.eval_loss),
+                color: RED,
+            },
         ],
         true,
     )
@@ -158,8 +182,16 @@ pub fn accuracy_curve(path: &Path, log: &MetricsLog) -> Result<(), TrainError> {
         "Held-out accuracy",
         "accuracy",
         &[
-            Series { name: "token", points: at(|r| r.eval_token_accuracy), color: BLUE },
-            Series { name: "sequence", points: at(|r| r.eval_sequence_accuracy), color: RED },
+            Series {
+                name: "token",
+                points: at(|r| r.eval_token_accuracy),
+                color: BLUE,
+            },
+            Series {
+                name: "sequence",
+                points: at(|r| r.eval_sequence_accuracy),
+                color: RED,
+            },
         ],
         false,
     )
@@ -174,8 +206,16 @@ fn weight_color(w: f32) -> RGBColor {
         (0.75, [94, 201, 98]),
         (1.0, [253, 231, 37]),
     ];
-    let w = if w.is_finite() { w.clamp(0.0, 1.0) } else { 0.0 };
-    let i = STOPS.iter().position(|(x, _)| *x >= w).unwrap_or(STOPS.len() - 1).max(1);
+    let w = if w.is_finite() {
+        w.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let i = STOPS
+        .iter()
+        .position(|(x, _)| *x >= w)
+        .unwrap_or(STOPS.len() - 1)
+        .max(1);
     let ((x0, c0), (x1, c1)) = (STOPS[i - 1], STOPS[i]);
     let t = (w - x0) / (x1 - x0);
     let mix = |a: u8, b: u8| (f32::from(a) + t * (f32::from(b) - f32::from(a))).round() as u8;
@@ -193,7 +233,12 @@ fn weight_color(w: f32) -> RGBColor {
 /// # Errors
 ///
 /// [`TrainError::Plot`] when the sizes disagree or the file cannot be drawn or written.
-pub fn heatmap(path: &Path, title: &str, weights: &[f32], tokens: &[String]) -> Result<(), TrainError> {
+pub fn heatmap(
+    path: &Path,
+    title: &str,
+    weights: &[f32],
+    tokens: &[String],
+) -> Result<(), TrainError> {
     let fail = plot_error(path);
     ensure_font().map_err(&fail)?;
     let seq_len = tokens.len();
@@ -243,7 +288,9 @@ fn draw_heatmap(
         .y_desc("query")
         .x_label_formatter(&|v| name(v, false))
         .y_label_formatter(&|v| name(v, true))
-        .x_label_style(TextStyle::from((FAMILY, font_size).into_font()).transform(FontTransform::Rotate90))
+        .x_label_style(
+            TextStyle::from((FAMILY, font_size).into_font()).transform(FontTransform::Rotate90),
+        )
         .y_label_style((FAMILY, font_size))
         .axis_desc_style((FAMILY, 14))
         .draw()
@@ -253,7 +300,10 @@ fn draw_heatmap(
             (0..seq_len).map(move |j| {
                 let y = seq_len - 1 - i;
                 Rectangle::new(
-                    [(SegmentValue::Exact(j), SegmentValue::Exact(y)), (SegmentValue::Exact(j + 1), SegmentValue::Exact(y + 1))],
+                    [
+                        (SegmentValue::Exact(j), SegmentValue::Exact(y)),
+                        (SegmentValue::Exact(j + 1), SegmentValue::Exact(y + 1)),
+                    ],
                     weight_color(weights[i * seq_len + j]).filled(),
                 )
             })
@@ -268,7 +318,8 @@ mod tests {
     use crate::metrics::MetricsRow;
 
     fn temp_dir(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("attn-train-plot-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("attn-train-plot-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         dir
     }
@@ -294,7 +345,10 @@ mod tests {
         let log = MetricsLog { rows };
         loss_curve(&dir.join("loss.png"), &log).expect("loss plot");
         accuracy_curve(&dir.join("accuracy.png"), &log).expect("accuracy plot");
-        let tokens: Vec<String> = ["the", "apple", "pie", "was"].iter().map(|s| s.to_string()).collect();
+        let tokens: Vec<String> = ["the", "apple", "pie", "was"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         let weights = [0.25_f32; 16];
         heatmap(&dir.join("head.png"), "layer 0, head 0", &weights, &tokens).expect("heatmap");
         for f in ["loss.png", "accuracy.png", "head.png"] {

@@ -69,8 +69,12 @@ mod tests {
 
     #[test]
     fn same_seed_same_numbers_and_streams_differ() {
-        let a: Vec<u64> = (0..5).scan(Rng::new(7), |r, _| Some(r.next_u64())).collect();
-        let b: Vec<u64> = (0..5).scan(Rng::new(7), |r, _| Some(r.next_u64())).collect();
+        let a: Vec<u64> = (0..5)
+            .scan(Rng::new(7), |r, _| Some(r.next_u64()))
+            .collect();
+        let b: Vec<u64> = (0..5)
+            .scan(Rng::new(7), |r, _| Some(r.next_u64()))
+            .collect();
         assert_eq!(a, b);
         assert_ne!(derive_seed(7, stream::TRAIN), derive_seed(7, stream::EVAL));
         assert_ne!(derive_seed(7, stream::TRAIN), derive_seed(8, stream::TRAIN));

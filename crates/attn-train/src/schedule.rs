@@ -65,7 +65,13 @@ mod tests {
     use super::*;
 
     fn schedule(decay: Decay) -> LrSchedule {
-        LrSchedule { peak: 2.0, warmup_steps: 4, total_steps: 14, decay, final_fraction: 0.1 }
+        LrSchedule {
+            peak: 2.0,
+            warmup_steps: 4,
+            total_steps: 14,
+            decay,
+            final_fraction: 0.1,
+        }
     }
 
     #[test]
@@ -93,7 +99,10 @@ mod tests {
 
     #[test]
     fn constant_stays_at_the_peak_and_no_warm_up_starts_there() {
-        let s = LrSchedule { warmup_steps: 0, ..schedule(Decay::Constant) };
+        let s = LrSchedule {
+            warmup_steps: 0,
+            ..schedule(Decay::Constant)
+        };
         assert_eq!(s.at(0), 2.0);
         assert_eq!(s.at(13), 2.0);
     }

@@ -81,7 +81,12 @@ pub struct TaskConfig {
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        Self { kind: TaskKind::Reverse, seq_len: 16, vocab: 16, min_distance: 1 }
+        Self {
+            kind: TaskKind::Reverse,
+            seq_len: 16,
+            vocab: 16,
+            min_distance: 1,
+        }
     }
 }
 
@@ -134,7 +139,10 @@ impl Batch {
     ///
     /// - output: `[batch, seq_len]`
     pub fn tokens_tensor(&self, device: &Device) -> Tensor<2, Int> {
-        Tensor::from_data(TensorData::new(self.tokens.clone(), [self.batch, self.seq_len]), device)
+        Tensor::from_data(
+            TensorData::new(self.tokens.clone(), [self.batch, self.seq_len]),
+            device,
+        )
     }
 
     /// The targets as a tensor.
@@ -143,7 +151,10 @@ impl Batch {
     ///
     /// - output: `[batch, seq_len]`
     pub fn targets_tensor(&self, device: &Device) -> Tensor<2, Int> {
-        Tensor::from_data(TensorData::new(self.targets.clone(), [self.batch, self.seq_len]), device)
+        Tensor::from_data(
+            TensorData::new(self.targets.clone(), [self.batch, self.seq_len]),
+            device,
+        )
     }
 
     /// The `index`-th sequence's tokens.
@@ -157,8 +168,14 @@ impl Batch {
         Some(Batch {
             batch: batches.iter().map(|b| b.batch).sum(),
             seq_len,
-            tokens: batches.iter().flat_map(|b| b.tokens.iter().copied()).collect(),
-            targets: batches.iter().flat_map(|b| b.targets.iter().copied()).collect(),
+            tokens: batches
+                .iter()
+                .flat_map(|b| b.tokens.iter().copied())
+                .collect(),
+            targets: batches
+                .iter()
+                .flat_map(|b| b.targets.iter().copied())
+                .collect(),
         })
     }
 }
@@ -179,7 +196,10 @@ impl TaskConfig {
                 Err(TaskError::VocabTooSmall { vocab: self.vocab })
             }
             TaskKind::Context if self.min_distance == 0 || self.min_distance >= seq_len => {
-                Err(TaskError::DistanceDoesNotFit { min_distance: self.min_distance, seq_len })
+                Err(TaskError::DistanceDoesNotFit {
+                    min_distance: self.min_distance,
+                    seq_len,
+                })
             }
             _ => Ok(()),
         }
@@ -212,7 +232,9 @@ impl TaskConfig {
             return format!("#{token}");
         };
         match self.kind {
-            TaskKind::Context => context_word(token).map_or_else(|| format!("#{token}"), String::from),
+            TaskKind::Context => {
+                context_word(token).map_or_else(|| format!("#{token}"), String::from)
+            }
             _ => token.to_string(),
         }
     }
@@ -220,7 +242,9 @@ impl TaskConfig {
     /// A readable name for an output class.
     pub fn class_name(&self, class: usize) -> String {
         match self.kind {
-            TaskKind::Context => CONTEXT_CLASSES.get(class).map_or_else(|| format!("#{class}"), |c| c.to_string()),
+            TaskKind::Context => CONTEXT_CLASSES
+                .get(class)
+                .map_or_else(|| format!("#{class}"), |c| c.to_string()),
             _ => class.to_string(),
         }
     }
@@ -232,7 +256,9 @@ impl TaskConfig {
     /// Panics when [`validate`](Self::validate) would fail.
     pub fn example(&self, rng: &mut Rng) -> (Vec<i64>, Vec<i64>) {
         let symbols = |rng: &mut Rng| -> Vec<i64> {
-            (0..self.seq_len).map(|_| rng.below(self.vocab) as i64).collect()
+            (0..self.seq_len)
+                .map(|_| rng.below(self.vocab) as i64)
+                .collect()
         };
         match self.kind {
             TaskKind::Copy => {
@@ -263,7 +289,12 @@ impl TaskConfig {
             tokens.extend(x);
             targets.extend(y);
         }
-        Batch { batch, seq_len: self.seq_len, tokens, targets }
+        Batch {
+            batch,
+            seq_len: self.seq_len,
+            tokens,
+            targets,
+        }
     }
 
     /// The apple problem: filler words, one `apple`, one cue at distance >= `min_distance`.
@@ -282,8 +313,9 @@ impl TaskConfig {
         let cue_word = cues[rng.below(cues.len())];
 
         let filler_base = 1 + FRUIT_CUES.len() + COMPANY_CUES.len();
-        let mut tokens: Vec<i64> =
-            (0..seq_len).map(|_| (filler_base + rng.below(FILLERS.len())) as i64).collect();
+        let mut tokens: Vec<i64> = (0..seq_len)
+            .map(|_| (filler_base + rng.below(FILLERS.len())) as i64)
+            .collect();
         tokens[apple] = context_token(AMBIGUOUS);
         tokens[cue] = context_token(cue_word);
 
@@ -318,7 +350,12 @@ mod tests {
     use super::*;
 
     fn task(kind: TaskKind) -> TaskConfig {
-        TaskConfig { kind, seq_len: 7, vocab: 5, min_distance: 1 }
+        TaskConfig {
+            kind,
+            seq_len: 7,
+            vocab: 5,
+            min_distance: 1,
+        }
     }
 
     #[test]
@@ -348,7 +385,12 @@ mod tests {
 
     #[test]
     fn context_scores_only_apple_and_its_label_follows_the_cue() {
-        let task = TaskConfig { kind: TaskKind::Context, seq_len: 40, vocab: 0, min_distance: 30 };
+        let task = TaskConfig {
+            kind: TaskKind::Context,
+            seq_len: 40,
+            vocab: 0,
+            min_distance: 30,
+        };
         task.validate().expect("30 < 40");
         let apple = context_token(AMBIGUOUS);
         let mut rng = Rng::new(4);
@@ -380,18 +422,34 @@ mod tests {
 
     #[test]
     fn validate_names_the_size_that_does_not_fit() {
-        let bad = TaskConfig { kind: TaskKind::Context, seq_len: 20, vocab: 0, min_distance: 30 };
+        let bad = TaskConfig {
+            kind: TaskKind::Context,
+            seq_len: 20,
+            vocab: 0,
+            min_distance: 30,
+        };
         assert_eq!(
             bad.validate(),
-            Err(TaskError::DistanceDoesNotFit { min_distance: 30, seq_len: 20 })
+            Err(TaskError::DistanceDoesNotFit {
+                min_distance: 30,
+                seq_len: 20
+            })
         );
-        let bad = TaskConfig { kind: TaskKind::Reverse, seq_len: 20, vocab: 1, min_distance: 1 };
+        let bad = TaskConfig {
+            kind: TaskKind::Reverse,
+            seq_len: 20,
+            vocab: 1,
+            min_distance: 1,
+        };
         assert_eq!(bad.validate(), Err(TaskError::VocabTooSmall { vocab: 1 }));
     }
 
     #[test]
     fn token_names_read_as_words_for_context() {
-        let t = TaskConfig { kind: TaskKind::Context, ..TaskConfig::default() };
+        let t = TaskConfig {
+            kind: TaskKind::Context,
+            ..TaskConfig::default()
+        };
         assert_eq!(t.token_name(0), "apple");
         assert_eq!(t.token_name(context_token("stock")), "stock");
         assert_eq!(t.model_vocab(), 41);

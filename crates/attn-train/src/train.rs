@@ -110,12 +110,20 @@ pub fn run(config: &TrainConfig, options: &RunOptions) -> Result<RunSummary, Tra
 /// # Errors
 ///
 /// As [`run`], plus [`TrainError::NoCheckpoint`] when `dir` holds no checkpoint.
-pub fn resume(dir: &Path, steps: Option<usize>, options: &RunOptions) -> Result<RunSummary, TrainError> {
+pub fn resume(
+    dir: &Path,
+    steps: Option<usize>,
+    options: &RunOptions,
+) -> Result<RunSummary, TrainError> {
     let mut config = read_config(dir)?;
     if let Some(steps) = steps {
         config.steps = steps;
     }
-    let options = RunOptions { out: Some(dir.to_path_buf()), resume: true, ..options.clone() };
+    let options = RunOptions {
+        out: Some(dir.to_path_buf()),
+        resume: true,
+        ..options.clone()
+    };
     run(&config, &options)
 }
 
@@ -135,7 +143,11 @@ pub fn read_config(dir: &Path) -> Result<TrainConfig, TrainError> {
 /// # Errors
 ///
 /// As [`run`].
-pub fn run_on(config: &TrainConfig, device: Device, options: &RunOptions) -> Result<RunSummary, TrainError> {
+pub fn run_on(
+    config: &TrainConfig,
+    device: Device,
+    options: &RunOptions,
+) -> Result<RunSummary, TrainError> {
     config.validate()?;
     let started = Instant::now();
     let task = &config.task;
@@ -164,7 +176,8 @@ pub fn run_on(config: &TrainConfig, device: Device, options: &RunOptions) -> Res
     if let Some(out) = &options.out {
         std::fs::create_dir_all(out).map_err(|e| TrainError::io("creating", out, e))?;
         if options.resume {
-            let dir = checkpoint::latest(out)?.ok_or_else(|| TrainError::NoCheckpoint { path: out.clone() })?;
+            let dir = checkpoint::latest(out)?
+                .ok_or_else(|| TrainError::NoCheckpoint { path: out.clone() })?;
             let loaded = checkpoint::load(&dir, model, optim, &config.identity())?;
             (model, optim, state) = (loaded.model, loaded.optim, loaded.state);
             resumed_from = Some(state.step);
@@ -184,7 +197,9 @@ pub fn run_on(config: &TrainConfig, device: Device, options: &RunOptions) -> Res
     }
 
     let eval_set = eval_set(config);
-    let end = options.stop_at.map_or(config.steps, |s| s.min(config.steps));
+    let end = options
+        .stop_at
+        .map_or(config.steps, |s| s.min(config.steps));
     let schedule = config.schedule();
     let progress = Progress::new(options.progress, state.step, config.steps);
     let tokens_per_batch = (config.batch_size * task.seq_len) as u64;
@@ -208,7 +223,11 @@ pub fn run_on(config: &TrainConfig, device: Device, options: &RunOptions) -> Res
         let loss_value = scalar(loss.clone())?;
         if !loss_value.is_finite() {
             progress.finish();
-            return Err(TrainError::NonFiniteLoss { step, loss: loss_value, last_checkpoint });
+            return Err(TrainError::NonFiniteLoss {
+                step,
+                loss: loss_value,
+                last_checkpoint,
+            });
         }
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         let grads = match config.optim.grad_clip {
@@ -307,7 +326,9 @@ fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
             .with_beta_1(o.beta_1)
             .with_beta_2(o.beta_2)
             .with_epsilon(o.epsilon)
-            .with_weight_decay((o.weight_decay > 0.0).then(|| WeightDecayConfig::new(o.weight_decay as f32)))
+            .with_weight_decay(
+                (o.weight_decay > 0.0).then(|| WeightDecayConfig::new(o.weight_decay as f32)),
+            )
             .init(),
         OptimizerKind::Adamw => AdamWConfig::new()
             .with_beta_1(o.beta_1)
@@ -341,9 +362,9 @@ fn token_loss(loss_fn: &CrossEntropyLoss, logits: Tensor<3>, targets: Tensor<2, 
 
 /// Reads a one-element tensor back to the host.
 fn scalar(t: Tensor<1>) -> Result<f64, TrainError> {
-    t.try_into_scalar::<f32>()
-        .map(f64::from)
-        .map_err(|e| TrainError::Config(format!("cannot read the loss back from the device: {e:?}")))
+    t.try_into_scalar::<f32>().map(f64::from).map_err(|e| {
+        TrainError::Config(format!("cannot read the loss back from the device: {e:?}"))
+    })
 }
 
 /// The held-out set: `eval_sequences` examples from their own stream, in batches.
@@ -381,24 +402,37 @@ pub fn evaluate(
             .into_data()
             .try_into_vec_as::<i64>()
             .map_err(|e| TrainError::Config(format!("cannot read predictions back: {e:?}")))?;
-        counts.add(Counts::score(&predictions, batch, loss, task.ignored_class()));
+        counts.add(Counts::score(
+            &predictions,
+            batch,
+            loss,
+            task.ignored_class(),
+        ));
     }
     Ok(counts.metrics())
 }
 
 /// Per layer, attention weights `[n_heads, seq_len, seq_len]` of one sequence, row-major.
-fn attention_maps(model: &TokenEncoder, tokens: &[i64], device: &Device) -> Result<Vec<(usize, Vec<f32>)>, TrainError> {
+fn attention_maps(
+    model: &TokenEncoder,
+    tokens: &[i64],
+    device: &Device,
+) -> Result<Vec<(usize, Vec<f32>)>, TrainError> {
     let seq_len = tokens.len();
-    let one = Batch { batch: 1, seq_len, tokens: tokens.to_vec(), targets: vec![0; seq_len] };
+    let one = Batch {
+        batch: 1,
+        seq_len,
+        tokens: tokens.to_vec(),
+        targets: vec![0; seq_len],
+    };
     let (_, weights) = model.forward_with_weights(one.tokens_tensor(device))?;
     weights
         .into_iter()
         .map(|w| {
             let [_, n_heads, _, _] = w.dims(); // [1, n_heads, seq_len, seq_len]
-            let values = w
-                .into_data()
-                .try_into_vec_as::<f32>()
-                .map_err(|e| TrainError::Config(format!("cannot read attention weights back: {e:?}")))?;
+            let values = w.into_data().try_into_vec_as::<f32>().map_err(|e| {
+                TrainError::Config(format!("cannot read attention weights back: {e:?}"))
+            })?;
             Ok((n_heads, values))
         })
         .collect()
@@ -406,14 +440,21 @@ fn attention_maps(model: &TokenEncoder, tokens: &[i64], device: &Device) -> Resu
 
 /// Per layer, the mean over `batch`'s sequences of the largest weight any head puts on the cue
 /// from the ambiguous word. Meaningful for the `context` task only.
-fn cue_attention(model: &TokenEncoder, batch: &Batch, device: &Device) -> Result<Vec<f64>, TrainError> {
+fn cue_attention(
+    model: &TokenEncoder,
+    batch: &Batch,
+    device: &Device,
+) -> Result<Vec<f64>, TrainError> {
     let seq_len = batch.seq_len;
     let n = batch.batch.min(64);
     let mut sums: Vec<f64> = Vec::new();
     for b in 0..n {
         let tokens = batch.sequence(b);
         let targets = &batch.targets[b * seq_len..(b + 1) * seq_len];
-        let Some(apple) = targets.iter().position(|&t| t != crate::tasks::IGNORED as i64) else {
+        let Some(apple) = targets
+            .iter()
+            .position(|&t| t != crate::tasks::IGNORED as i64)
+        else {
             continue;
         };
         // Cue words are the ids right after the ambiguous word (see tasks.rs).
@@ -448,11 +489,19 @@ fn draw_plots(
     let tokens = eval_set[0].sequence(0);
     let names: Vec<String> = tokens.iter().map(|&t| task.token_name(t)).collect();
     let seq_len = tokens.len();
-    for (layer, (n_heads, weights)) in attention_maps(model, tokens, device)?.into_iter().enumerate() {
+    for (layer, (n_heads, weights)) in attention_maps(model, tokens, device)?
+        .into_iter()
+        .enumerate()
+    {
         for head in 0..n_heads {
             let w = &weights[head * seq_len * seq_len..(head + 1) * seq_len * seq_len];
             let title = format!("{}: layer {layer}, head {head}", task.kind);
-            plot::heatmap(&dir.join(format!("layer{layer}-head{head}.png")), &title, w, &names)?;
+            plot::heatmap(
+                &dir.join(format!("layer{layer}-head{head}.png")),
+                &title,
+                w,
+                &names,
+            )?;
         }
     }
     Ok(())
@@ -496,7 +545,11 @@ impl Progress {
             bar.set_position(start as u64);
             bar
         });
-        Self { bar, lines: enabled && !terminal, total }
+        Self {
+            bar,
+            lines: enabled && !terminal,
+            total,
+        }
     }
 
     fn step(&self, step: usize, loss: f64) {
@@ -548,7 +601,12 @@ mod tests {
 
     fn tiny(d: &TestDevice, kind: TaskKind, steps: usize) -> TrainConfig {
         let mut c = TrainConfig::default();
-        c.task = TaskConfig { kind, seq_len: 5, vocab: 3, min_distance: 1 };
+        c.task = TaskConfig {
+            kind,
+            seq_len: 5,
+            vocab: 3,
+            min_distance: 1,
+        };
         c.model.d_model = 8;
         c.model.n_heads = 2;
         c.model.n_layers = 1;
@@ -568,13 +626,18 @@ mod tests {
     }
 
     fn temp_out(name: &str, device: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("attn-train-{name}-{device}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("attn-train-{name}-{device}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
 
     fn quiet(out: Option<PathBuf>) -> RunOptions {
-        RunOptions { out, skip_plots: true, ..RunOptions::default() }
+        RunOptions {
+            out,
+            skip_plots: true,
+            ..RunOptions::default()
+        }
     }
 
     #[test]
@@ -587,9 +650,19 @@ mod tests {
             let rows = &summary.history.rows;
             assert_eq!(rows.len(), 6);
             let (first, last) = (rows[0], rows[5]);
-            assert!(last.train_loss < 0.8 * first.train_loss, "train loss {first:?} -> {last:?}");
-            assert!(last.eval_loss < first.eval_loss, "held-out loss {first:?} -> {last:?}");
-            assert!(summary.final_metrics.token_accuracy > 1.0 / 3.0, "{:?}", summary.final_metrics);
+            assert!(
+                last.train_loss < 0.8 * first.train_loss,
+                "train loss {first:?} -> {last:?}"
+            );
+            assert!(
+                last.eval_loss < first.eval_loss,
+                "held-out loss {first:?} -> {last:?}"
+            );
+            assert!(
+                summary.final_metrics.token_accuracy > 1.0 / 3.0,
+                "{:?}",
+                summary.final_metrics
+            );
         });
     }
 
@@ -602,23 +675,39 @@ mod tests {
             config.checkpoint_every = 4;
 
             let whole_dir = temp_out("whole", d.name);
-            let whole = run_on(&config, d.device.clone(), &quiet(Some(whole_dir.clone()))).expect("unbroken run");
+            let whole = run_on(&config, d.device.clone(), &quiet(Some(whole_dir.clone())))
+                .expect("unbroken run");
 
             let split_dir = temp_out("split", d.name);
-            let first = RunOptions { stop_at: Some(4), ..quiet(Some(split_dir.clone())) };
+            let first = RunOptions {
+                stop_at: Some(4),
+                ..quiet(Some(split_dir.clone()))
+            };
             let half = run_on(&config, d.device.clone(), &first).expect("first half");
             assert_eq!(half.steps, 4);
-            let second = RunOptions { resume: true, ..quiet(Some(split_dir.clone())) };
+            let second = RunOptions {
+                resume: true,
+                ..quiet(Some(split_dir.clone()))
+            };
             let resumed = run_on(&config, d.device.clone(), &second).expect("second half");
             assert_eq!(resumed.resumed_from, Some(4));
             assert_eq!(resumed.steps, 8);
 
-            let rows = |s: &RunSummary| s.history.rows.iter().map(|r| (r.step, r.train_loss, r.eval_loss, r.eval_token_accuracy)).collect::<Vec<_>>();
+            let rows = |s: &RunSummary| {
+                s.history
+                    .rows
+                    .iter()
+                    .map(|r| (r.step, r.train_loss, r.eval_loss, r.eval_token_accuracy))
+                    .collect::<Vec<_>>()
+            };
             let (a, b) = (rows(&whole), rows(&resumed));
             assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
             for (x, y) in a.iter().zip(&b) {
                 assert_eq!(x.0, y.0);
-                assert!((x.1 - y.1).abs() < 1e-5 && (x.2 - y.2).abs() < 1e-5, "{x:?} vs {y:?}");
+                assert!(
+                    (x.1 - y.1).abs() < 1e-5 && (x.2 - y.2).abs() < 1e-5,
+                    "{x:?} vs {y:?}"
+                );
                 assert_eq!(x.3, y.3);
             }
             // The run really moved between the halves, so equality is not trivial.
@@ -639,17 +728,29 @@ mod tests {
             config.eval_every = 1;
             config.checkpoint_every = 2;
             let out = temp_out("nan", d.name);
-            let first = RunOptions { stop_at: Some(2), ..quiet(Some(out.clone())) };
+            let first = RunOptions {
+                stop_at: Some(2),
+                ..quiet(Some(out.clone()))
+            };
             run_on(&config, d.device.clone(), &first).expect("two good steps");
-            let good = checkpoint::latest(&out).expect("readable").expect("a checkpoint");
+            let good = checkpoint::latest(&out)
+                .expect("readable")
+                .expect("a checkpoint");
 
             // A learning rate beyond f32's range turns the weights infinite (or NaN) at once.
             config.optim.lr = f64::MAX;
             config.optim.warmup_steps = 0;
-            let resume = RunOptions { resume: true, ..quiet(Some(out.clone())) };
+            let resume = RunOptions {
+                resume: true,
+                ..quiet(Some(out.clone()))
+            };
             let err = run_on(&config, d.device.clone(), &resume).expect_err("diverges");
             match &err {
-                TrainError::NonFiniteLoss { step, last_checkpoint, .. } => {
+                TrainError::NonFiniteLoss {
+                    step,
+                    last_checkpoint,
+                    ..
+                } => {
                     assert!(*step <= 4, "diverged only at step {step}");
                     assert_eq!(last_checkpoint.as_deref(), Some(good.as_path()));
                 }
@@ -668,23 +769,35 @@ mod tests {
             let config = tiny(d, TaskKind::Copy, 2);
             let out = temp_out("corrupt", d.name);
             run_on(&config, d.device.clone(), &quiet(Some(out.clone()))).expect("trains");
-            let resume = RunOptions { resume: true, ..quiet(Some(out.clone())) };
+            let resume = RunOptions {
+                resume: true,
+                ..quiet(Some(out.clone()))
+            };
 
             let mut other = config.clone();
             other.model.d_model = 12;
             other.model.n_heads = 3;
             let err = run_on(&other, d.device.clone(), &resume).expect_err("different model");
-            assert!(matches!(err, TrainError::CheckpointMismatch { .. }), "{err}");
+            assert!(
+                matches!(err, TrainError::CheckpointMismatch { .. }),
+                "{err}"
+            );
 
-            let dir = checkpoint::latest(&out).expect("readable").expect("a checkpoint");
+            let dir = checkpoint::latest(&out)
+                .expect("readable")
+                .expect("a checkpoint");
             std::fs::write(dir.join("model.bpk"), b"not a burnpack file").expect("overwrite");
             let err = run_on(&config, d.device.clone(), &resume).expect_err("corrupt model file");
             assert!(matches!(err, TrainError::CorruptCheckpoint { .. }), "{err}");
             assert!(err.to_string().contains("model.bpk"), "{err}");
 
             let empty = temp_out("empty", d.name);
-            let resume_empty = RunOptions { resume: true, ..quiet(Some(empty.clone())) };
-            let err = run_on(&config, d.device.clone(), &resume_empty).expect_err("nothing to resume");
+            let resume_empty = RunOptions {
+                resume: true,
+                ..quiet(Some(empty.clone()))
+            };
+            let err =
+                run_on(&config, d.device.clone(), &resume_empty).expect_err("nothing to resume");
             assert!(matches!(err, TrainError::NoCheckpoint { .. }), "{err}");
             for dir in [out, empty] {
                 std::fs::remove_dir_all(dir).expect("cleanup");
@@ -700,12 +813,24 @@ mod tests {
         config.task.seq_len = 6;
         config.model.pos = PosName::Sinusoidal.scheme(6);
         let out = temp_out("files", d.name);
-        let options = RunOptions { out: Some(out.clone()), ..RunOptions::default() };
+        let options = RunOptions {
+            out: Some(out.clone()),
+            ..RunOptions::default()
+        };
         let summary = run_on(&config, d.device.clone(), &options).expect("trains");
-        let cue = summary.cue_attention.expect("context reports cue attention");
+        let cue = summary
+            .cue_attention
+            .expect("context reports cue attention");
         assert_eq!(cue.len(), 1);
         assert!(cue[0] > 0.0 && cue[0] <= 1.0, "{cue:?}");
-        for f in ["metrics.csv", "config.json", "loss.png", "accuracy.png", "attention/layer0-head0.png", "attention/layer0-head1.png"] {
+        for f in [
+            "metrics.csv",
+            "config.json",
+            "loss.png",
+            "accuracy.png",
+            "attention/layer0-head0.png",
+            "attention/layer0-head1.png",
+        ] {
             assert!(out.join(f).is_file(), "{f} missing");
         }
         let back = read_config(&out).expect("config.json parses");
