@@ -41,7 +41,8 @@ pub struct CaseReport {
 pub struct RefTensor {
     /// Dimensions, outermost first.
     pub shape: Vec<usize>,
-    /// Values, row-major.
+    /// Values, row-major (booleans in mask tensors read as 1 and 0).
+    #[serde(deserialize_with = "numbers_or_booleans")]
     pub data: Vec<f32>,
 }
 
@@ -162,4 +163,22 @@ pub fn check_dir(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<CaseRep
         FILES.map(|(n, _)| n)
     );
     Ok(reports)
+}
+
+/// Reads a JSON array whose elements are numbers or booleans (masks) as `f32`.
+fn numbers_or_booleans<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Number(f32),
+        Bool(bool),
+    }
+    let values = Vec::<Value>::deserialize(d)?;
+    Ok(values
+        .into_iter()
+        .map(|v| match v {
+            Value::Number(x) => x,
+            Value::Bool(b) => f32::from(u8::from(b)),
+        })
+        .collect())
 }

@@ -164,7 +164,7 @@ impl PreparedAttention {
         if !(scale.is_finite() && scale > 0.0) {
             return Err(AttentionError::InvalidScale { scale });
         }
-        let training = q.device().is_autodiff();
+        let training = q.is_autodiff() || q.device().is_autodiff();
         Ok(Self {
             scores_shape,
             n_kv_heads,

@@ -52,3 +52,46 @@ pub use learned::{LEARNED_INIT_STD, LearnedEncoding, LearnedEncodingConfig};
 pub use rotary::{DEFAULT_THETA, RotaryEncoding, RotaryPairing};
 pub use scheme::PositionalScheme;
 pub use sinusoidal::{DEFAULT_BASE, SinusoidalEncoding};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_testing::{SeededRng, assert_tensors_close, for_each_device};
+    use burn::module::Module;
+
+    /// How a model crate holds the encodings: plain fields of a derived module.
+    #[derive(Module, Debug)]
+    struct Holder {
+        sinusoidal: SinusoidalEncoding,
+        rotary: RotaryEncoding,
+        learned: LearnedEncoding,
+    }
+
+    #[test]
+    fn encodings_sit_in_a_derived_module_and_only_the_learned_table_counts() {
+        for_each_device(|d| {
+            let device = d.device.clone().autodiff();
+            let (max_len, d_model, d_head) = (11, 6, 4);
+            let holder = Holder {
+                sinusoidal: SinusoidalEncoding::standard(d_model).expect("even d_model"),
+                rotary: RotaryEncoding::new(d_head, DEFAULT_THETA, RotaryPairing::HalfSplit)
+                    .expect("even d_head"),
+                learned: LearnedEncodingConfig::new(max_len, d_model).init(&device),
+            };
+            assert_eq!(holder.num_params(), max_len * d_model, "{}", d.name);
+            // Saving writes one tensor: the learned table. The constants are rebuilt from config.
+            assert_eq!(holder.clone().into_record().len(), 1, "{}", d.name);
+            // The constants survive the switch to inference and keep computing the same rows.
+            let mut rng = SeededRng::new(29);
+            let x = rng.tensor([2, 3, d_model], &d.device);
+            let before = holder.sinusoidal.forward(x.clone(), 5);
+            let valid = holder.valid();
+            assert_tensors_close(valid.sinusoidal.forward(x, 5), before, 0.0, 0.0, d.name);
+            let q = rng.tensor([2, 3, 5, d_head], &d.device);
+            let rotated = valid.rotary.apply(q.clone(), 2);
+            assert_eq!(rotated.dims(), q.dims(), "{}", d.name);
+            let display = format!("{valid}");
+            assert!(display.contains("SinusoidalEncoding"), "{display}");
+        });
+    }
+}

@@ -189,7 +189,8 @@ pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
 pub struct RefTensor {
     /// Dimensions, outermost first.
     pub shape: Vec<usize>,
-    /// Values in row-major order.
+    /// Values in row-major order (booleans in mask tensors read as 1 and 0).
+    #[serde(deserialize_with = "numbers_or_booleans")]
     pub data: Vec<f32>,
 }
 
@@ -301,4 +302,22 @@ impl SeededRng {
         let data: Vec<bool> = (0..n).map(|_| self.bernoulli(p)).collect();
         Tensor::from_data(TensorData::new(data, shape.to_vec()), device)
     }
+}
+
+/// Reads a JSON array whose elements are numbers or booleans (masks) as `f32`.
+fn numbers_or_booleans<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Value {
+        Number(f32),
+        Bool(bool),
+    }
+    let values = Vec::<Value>::deserialize(d)?;
+    Ok(values
+        .into_iter()
+        .map(|v| match v {
+            Value::Number(x) => x,
+            Value::Bool(b) => f32::from(u8::from(b)),
+        })
+        .collect())
 }
