@@ -118,11 +118,11 @@ fn gradients(
     options: &AttentionOptions,
 ) -> [Tensor<4>; 3] {
     let device = d.device.clone().autodiff();
-    let q = q.to_device(&device).require_grad();
-    let k = k.to_device(&device).require_grad();
-    let v = v.to_device(&device).require_grad();
+    let q = q.to_device(&device).autodiff().require_grad();
+    let k = k.to_device(&device).autodiff().require_grad();
+    let v = v.to_device(&device).autodiff().require_grad();
     let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), options);
-    let loss = (out.context * grad_out.to_device(&device)).sum();
+    let loss = (out.context * grad_out.to_device(&device).autodiff()).sum();
     let grads = loss.backward();
     [&q, &k, &v].map(|t| t.grad(&grads).expect("input requires grad"))
 }
@@ -524,9 +524,9 @@ fn dropout_zeroes_and_rescales_weights_only_when_training() {
         let autodiff = d.device.clone().autodiff();
         d.device.seed(3);
         let (q, k, v) = (
-            q.to_device(&autodiff),
-            k.to_device(&autodiff),
-            v.to_device(&autodiff),
+            q.to_device(&autodiff).autodiff(),
+            k.to_device(&autodiff).autodiff(),
+            v.to_device(&autodiff).autodiff(),
         );
         let t = scaled_dot_product_attention(q, k, v, &dropped)
             .weights
