@@ -660,7 +660,7 @@ mod tests {
                 .expect("valid");
             let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
             // Key 0 stays open everywhere so that no row is fully masked.
-            let mut coin = |i: usize| i % SEQ_LEN != 0 && rng.bernoulli(0.4);
+            let mut coin = |i: usize| !i.is_multiple_of(SEQ_LEN) && rng.bernoulli(0.4);
             let padding: Vec<bool> = (0..BATCH * SEQ_LEN).map(&mut coin).collect();
             let mask: Vec<bool> = (0..BATCH * SEQ_LEN * SEQ_LEN).map(&mut coin).collect();
             let padding =
