@@ -21,8 +21,8 @@
 //! use burn::tensor::Device;
 //!
 //! let device = Device::flex();
-//! let bytes = std::fs::read("encoder_layer.safetensors").expect("readable file");
-//! let dict = StateDict::from_safetensors(&bytes).expect("a safetensors file");
+//! let dict = StateDict::from_safetensors_file("encoder_layer.safetensors")
+//!     .expect("a readable safetensors file");
 //! let block = EncoderBlockConfig::new(8, 2, 16)
 //!     .with_dropout(0.0)
 //!     .init(&device)
@@ -32,6 +32,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use burn::module::Param;
 use burn::nn::{LayerNorm, Linear};
@@ -216,7 +217,8 @@ struct StoredTensor {
 
 /// A PyTorch `state_dict` read from safetensors bytes (`safetensors.torch.save_file`).
 ///
-/// Reading the file is the caller's business (`std::fs::read`); this parses the bytes.
+/// Built from bytes ([`from_safetensors`](Self::from_safetensors)) or from a path its caller
+/// gives ([`from_safetensors_file`](Self::from_safetensors_file)).
 #[derive(Clone, Debug)]
 pub struct StateDict {
     tensors: BTreeMap<String, StoredTensor>,
@@ -244,6 +246,24 @@ impl StateDict {
             })
             .collect();
         Ok(Self { tensors })
+    }
+
+    /// Reads and parses a safetensors file; the one file this crate reads, at its caller's path.
+    ///
+    /// # Errors
+    /// [`ModelError::Load`] naming the path when it cannot be read, or as
+    /// [`from_safetensors`](Self::from_safetensors) when its bytes are not safetensors.
+    pub fn from_safetensors_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| ModelError::Load {
+            reason: format!("{}: {e}", path.display()),
+        })?;
+        Self::from_safetensors(&bytes).map_err(|e| match e {
+            ModelError::Load { reason } => ModelError::Load {
+                reason: format!("{}: {reason}", path.display()),
+            },
+            other => other,
+        })
     }
 
     /// The tensor names, sorted.
@@ -688,6 +708,13 @@ mod tests {
         bytes.truncate(bytes.len() / 2);
         let err = StateDict::from_safetensors(&bytes).expect_err("truncated");
         assert!(matches!(err, ModelError::Load { .. }), "{err}");
+        let missing = data_dir().join("no_such_layer.safetensors");
+        let err = StateDict::from_safetensors_file(&missing).expect_err("no file");
+        assert!(matches!(err, ModelError::Load { .. }), "{err}");
+        assert!(
+            err.to_string().contains("no_such_layer.safetensors"),
+            "{err}"
+        );
         let err = StateDict::from_safetensors(b"not a safetensors file").expect_err("garbage");
         assert!(
             err.to_string()

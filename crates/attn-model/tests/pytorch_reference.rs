@@ -210,8 +210,7 @@ fn encoder_blocks_match_pytorch_from_safetensors_state_dicts() {
     for_each_device(|d| {
         for case in &file.cases {
             let path = data_dir().join(format!("encoder_layer_{}.safetensors", case.name));
-            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let dict = StateDict::from_safetensors(&bytes).expect("valid safetensors");
+            let dict = StateDict::from_safetensors_file(&path).expect("valid safetensors");
             let block = block_config(case)
                 .init(&d.device)
                 .expect("valid config")
