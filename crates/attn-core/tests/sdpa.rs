@@ -354,6 +354,7 @@ fn weight_rows_sum_to_one_and_masked_keys_get_exactly_zero() {
                     .clone()
                     .expand([batch, n_heads, seq_len_q, seq_len_kv])
                     .into_data()
+                    .convert::<bool>()
                     .try_to_vec::<bool>()
                     .expect("bool data"),
                 None => vec![false; w.len()],

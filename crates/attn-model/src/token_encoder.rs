@@ -552,6 +552,59 @@ mod tests {
     }
 
     #[test]
+    fn gradients_reach_every_part_and_dropout_acts_only_while_training() {
+        for_each_device(|d| {
+            let device = d.device.clone().autodiff();
+            device.seed(46);
+            let mut rng = SeededRng::new(46);
+            let model = config(PositionalScheme::Learned { max_len: 6 })
+                .with_dropout(0.3)
+                .init(&device)
+                .expect("valid");
+            let tokens = random_tokens(&mut rng, 3, 5, &device);
+            let logits = model.forward(tokens.clone());
+            let grads = (logits.clone() * logits.clone()).sum().backward();
+            let block = &model.encoder.layers[0];
+            let grad = |p: Tensor<2>| p.grad(&grads).map(to_vec);
+            let parts = [
+                ("embedding", grad(model.embedding.weight.val())),
+                (
+                    "learned positions",
+                    grad(model.learned.as_ref().expect("learned").weight.val()),
+                ),
+                ("first W_Q", grad(block.attention.w_q.weight.val())),
+                ("first W_1", grad(block.feed_forward.expand.weight.val())),
+                (
+                    "first norm_ff gamma",
+                    block.norm_ff.gamma.val().grad(&grads).map(to_vec),
+                ),
+                ("head", grad(model.head.weight.val())),
+            ];
+            for (what, grad) in parts {
+                let grad = grad.unwrap_or_else(|| panic!("{what} has no gradient"));
+                assert!(grad.iter().any(|g| *g != 0.0), "{what}: all-zero gradient");
+            }
+            // Training: two passes draw different dropout masks.
+            let (diff, _) =
+                attn_testing::max_abs_diff(&to_vec(model.forward(tokens.clone())), &to_vec(logits));
+            assert!(
+                diff > 1e-4,
+                "dropout changes the output while training: {diff}"
+            );
+            // Validation: no dropout, the same output twice.
+            let eval = model.valid();
+            let tokens = Tensor::<2, Int>::from_data(tokens.to_data(), &d.device);
+            assert_tensors_close(
+                eval.forward(tokens.clone()),
+                eval.forward(tokens),
+                0.0,
+                0.0,
+                "deterministic in validation",
+            );
+        });
+    }
+
+    #[test]
     fn config_errors_come_before_any_tensor() {
         let err = TokenEncoderConfig::new(
             0,
