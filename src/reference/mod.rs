@@ -6,11 +6,15 @@
 //! yields one [`CaseReport`]. Shapes and values come from the files, so files made with other
 //! shapes or seeds are checked the same way.
 
+mod encoder_layer;
+mod mha;
+mod positional;
 mod sdpa;
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use attn_core::Strategy;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +22,15 @@ use serde::{Deserialize, Serialize};
 pub const ATOL: f32 = 1e-5;
 /// Relative tolerance against float32 references.
 pub const RTOL: f32 = 1e-4;
+
+/// Every attention strategy, each checked on its own.
+pub const STRATEGIES: [Strategy; 5] = [
+    Strategy::Explicit,
+    Strategy::Chunked { block: 64 },
+    Strategy::Fused,
+    Strategy::Native,
+    Strategy::Auto,
+];
 
 /// The outcome of one case on one backend with one strategy.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -88,18 +101,28 @@ impl RefTensor {
 pub struct Comparison {
     max_abs_err: f32,
     pass: bool,
+    atol: f32,
+    rtol: f32,
 }
 
 impl Default for Comparison {
+    /// Within [`ATOL`] + [`RTOL`] · |expected|.
     fn default() -> Self {
-        Self {
-            max_abs_err: 0.0,
-            pass: true,
-        }
+        Self::within(ATOL, RTOL)
     }
 }
 
 impl Comparison {
+    /// A comparison that passes values within `atol + rtol · |expected|`.
+    pub fn within(atol: f32, rtol: f32) -> Self {
+        Self {
+            max_abs_err: 0.0,
+            pass: true,
+            atol,
+            rtol,
+        }
+    }
+
     /// Compares `actual` with `expected`; a shape mismatch fails with an infinite error.
     pub fn add<const D: usize>(&mut self, actual: Tensor<D>, expected: &RefTensor) -> Result<()> {
         if actual.dims().as_slice() != expected.shape.as_slice() {
@@ -116,7 +139,7 @@ impl Comparison {
             let d = (a - e).abs();
             let d = if d.is_nan() { f32::INFINITY } else { d };
             self.max_abs_err = self.max_abs_err.max(d);
-            self.pass &= d <= ATOL + RTOL * e.abs();
+            self.pass &= d <= self.atol + self.rtol * e.abs();
         }
         Ok(())
     }
@@ -136,7 +159,12 @@ impl Comparison {
 
 /// The reference files this checker understands, with the function that runs each.
 type Checker = fn(&str, &[(String, Device)]) -> Result<Vec<CaseReport>>;
-const FILES: [(&str, Checker); 1] = [("sdpa.json", sdpa::check)];
+const FILES: [(&str, Checker); 4] = [
+    ("sdpa.json", sdpa::check),
+    ("positional.json", positional::check),
+    ("mha.json", mha::check),
+    ("encoder_layer.json", encoder_layer::check),
+];
 
 /// Runs every known reference file present in `dir` on every device.
 ///
@@ -181,4 +209,32 @@ fn numbers_or_booleans<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f32
             Value::Bool(b) => f32::from(u8::from(b)),
         })
         .collect())
+}
+
+/// A boolean reference tensor stored as JSON booleans (`true` = masked).
+#[derive(Clone, Debug, Deserialize)]
+struct BoolRef {
+    shape: Vec<usize>,
+    data: Vec<bool>,
+}
+
+impl BoolRef {
+    fn tensor(&self, device: &Device) -> Tensor<2, Bool> {
+        Tensor::from_data(
+            TensorData::new(self.data.clone(), self.shape.clone()),
+            device,
+        )
+    }
+}
+
+/// PyTorch's `Linear` weight `[out, in]` and bias `[out]` as the model's loader takes them.
+fn torch_linear(
+    weight: &RefTensor,
+    bias: &RefTensor,
+    device: &Device,
+) -> Result<attn_model::TorchLinear> {
+    Ok(attn_model::TorchLinear {
+        weight: weight.tensor(device)?,
+        bias: Some(bias.tensor(device)?),
+    })
 }

@@ -6,7 +6,7 @@ use attn_core::{AttentionOptions, CausalAlignment, Strategy, try_scaled_dot_prod
 use burn::tensor::Device;
 use serde::Deserialize;
 
-use super::{CaseReport, Comparison, RefTensor};
+use super::{CaseReport, Comparison, RefTensor, STRATEGIES};
 
 #[derive(Deserialize)]
 struct File {
@@ -30,14 +30,6 @@ struct Case {
     grad_k: Option<RefTensor>,
     grad_v: Option<RefTensor>,
 }
-
-const STRATEGIES: [Strategy; 5] = [
-    Strategy::Explicit,
-    Strategy::Chunked { block: 64 },
-    Strategy::Fused,
-    Strategy::Native,
-    Strategy::Auto,
-];
 
 pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
     let file: File = serde_json::from_str(text)?;

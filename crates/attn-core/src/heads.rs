@@ -97,7 +97,7 @@ mod tests {
     fn split_heads_rejects_a_width_that_does_not_divide() {
         let x = Tensor::<3>::zeros([1, 2, 10], &burn::tensor::Device::flex());
         assert_eq!(
-            try_split_heads(x, 3).unwrap_err(),
+            try_split_heads(x, 3).expect_err("2 heads of width 10 do not split into 3"),
             AttentionError::HeadsDoNotDivide {
                 d_model: 10,
                 n_heads: 3

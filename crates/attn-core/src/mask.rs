@@ -148,7 +148,8 @@ mod tests {
 
     #[test]
     fn padding_longer_than_the_sequence_is_an_error_naming_it() {
-        let err = padding_mask_from_lengths(&[2, 9], 4, &Device::flex()).unwrap_err();
+        let err = padding_mask_from_lengths(&[2, 9], 4, &Device::flex())
+            .expect_err("length 9 does not fit in 4");
         assert_eq!(
             err,
             AttentionError::LengthTooLong {

@@ -272,12 +272,14 @@ fn draw_heatmap(
         _ => String::new(),
     };
     let font_size = if seq_len > 32 { 10 } else { 13 };
+    let last = seq_len.saturating_sub(1).max(1);
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FAMILY, 18))
         .margin(10)
         .x_label_area_size(60)
         .y_label_area_size(70)
-        .build_cartesian_2d((0..seq_len).into_segmented(), (0..seq_len).into_segmented())
+        // A segmented range `0..=last` has one segment per value: one per token.
+        .build_cartesian_2d((0..last).into_segmented(), (0..last).into_segmented())
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()

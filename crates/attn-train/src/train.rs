@@ -245,9 +245,11 @@ pub fn run_on(
 
         let done = state.step == end;
         let checkpoint_due = options.out.is_some()
-            && (done || (config.checkpoint_every > 0 && state.step % config.checkpoint_every == 0));
+            && (done
+                || (config.checkpoint_every > 0
+                    && state.step.is_multiple_of(config.checkpoint_every)));
         // Every checkpoint is evaluated first, so none is written from diverged weights.
-        if state.step % config.eval_every == 0 || checkpoint_due || done {
+        if state.step.is_multiple_of(config.eval_every) || checkpoint_due || done {
             let metrics = evaluate(&model.valid(), task, &eval_set, &loss_fn, &device)?;
             if !metrics.loss.is_finite() {
                 progress.finish();
@@ -555,7 +557,7 @@ impl Progress {
     fn step(&self, step: usize, loss: f64) {
         if let Some(bar) = &self.bar {
             bar.set_position(step as u64);
-            if step % 10 == 0 {
+            if step.is_multiple_of(10) {
                 let msg = bar.message();
                 let acc = msg.split_once(" | ").map_or("", |(_, acc)| acc).to_string();
                 bar.set_message(format!("loss {loss:.4} | {acc}"));
@@ -600,12 +602,14 @@ mod tests {
     static TRAINING: Mutex<()> = Mutex::new(());
 
     fn tiny(d: &TestDevice, kind: TaskKind, steps: usize) -> TrainConfig {
-        let mut c = TrainConfig::default();
-        c.task = TaskConfig {
-            kind,
-            seq_len: 5,
-            vocab: 3,
-            min_distance: 1,
+        let mut c = TrainConfig {
+            task: TaskConfig {
+                kind,
+                seq_len: 5,
+                vocab: 3,
+                min_distance: 1,
+            },
+            ..TrainConfig::default()
         };
         c.model.d_model = 8;
         c.model.n_heads = 2;

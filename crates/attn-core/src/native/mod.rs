@@ -208,12 +208,12 @@ mod tests {
         let batch = rng.range(1, 2);
         let n_kv_heads = rng.range(1, 2);
         let n_heads = n_kv_heads * rng.range(1, 3);
-        let seq_len_q = if trial % 2 == 0 {
+        let seq_len_q = if trial.is_multiple_of(2) {
             rng.range(1, 9)
         } else {
             rng.range(95, 130)
         };
-        let seq_len_kv = if trial % 3 == 0 {
+        let seq_len_kv = if trial.is_multiple_of(3) {
             rng.range(1, 12)
         } else {
             rng.range(250, 300)
