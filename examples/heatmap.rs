@@ -36,15 +36,12 @@ use attn::model::TokenEncoder;
 use attn::train::backend;
 use attn::train::checkpoint::{self, CHECKPOINTS};
 use attn::train::config::TrainConfig;
+use attn::train::plot::heatmap_grid;
 use attn::train::random::Rng;
 use attn::train::train::read_config;
 use burn::module::Module;
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Parser;
-use plotters::coord::Shift;
-use plotters::coord::ranged1d::SegmentValue;
-use plotters::prelude::*;
-use plotters::style::{FontStyle, register_font};
 
 /// Command-line arguments.
 #[derive(Parser, Debug)]
@@ -65,13 +62,6 @@ struct Args {
     #[arg(long, default_value_t = backend::default_backend().to_string())]
     device: String,
 }
-
-/// DejaVu Sans, bundled so that the picture has text on a machine without fonts.
-const FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
-/// The family name the picture asks plotters for.
-const FAMILY: &str = "sans-serif";
-/// Side of one heatmap in pixels.
-const PANEL: u32 = 330;
 
 fn main() -> Result<()> {
     let args = Args::parse();
@@ -125,7 +115,7 @@ fn main() -> Result<()> {
 
     let out = args.out.unwrap_or_else(|| args.dir.join("heads.png"));
     let title = format!("{} — {}", config.task.kind, checkpoint_name(&checkpoint));
-    draw(&out, &title, &maps, &names)?;
+    heatmap_grid(&out, &title, &maps, &names)?;
     println!("wrote {}", out.display());
     Ok(())
 }
@@ -183,7 +173,12 @@ fn print_answer(config: &TrainConfig, names: &[String], targets: &[i64], answer:
         });
     }
     println!("expected: {}", wanted.join(" "));
-    println!("model:    {}   (* = wrong)", got.join(" "));
+    let wrong = got.iter().filter(|g| g.ends_with('*')).count();
+    if wrong == 0 {
+        println!("model:    {}   (all right)", got.join(" "));
+    } else {
+        println!("model:    {}   ({wrong} wrong, marked *)", got.join(" "));
+    }
 }
 
 /// Index of the largest value.
@@ -197,112 +192,9 @@ fn argmax(row: &[f32]) -> usize {
         .0
 }
 
-/// One picture: a grid of heatmaps, a row per layer and a column per head.
-fn draw(
-    path: &Path,
-    title: &str,
-    maps: &[(usize, usize, Vec<f32>)],
-    tokens: &[String],
-) -> Result<()> {
-    register_font(FAMILY, FontStyle::Normal, FONT)
-        .map_err(|_| anyhow!("the bundled DejaVu Sans font does not parse"))?;
-    let n_layers = maps.iter().map(|(l, _, _)| l + 1).max().unwrap_or(0);
-    let n_heads = maps.iter().map(|(_, h, _)| h + 1).max().unwrap_or(0);
-    let size = (PANEL * n_heads as u32, PANEL * n_layers as u32 + 40);
-    let root = BitMapBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_error)?;
-    let root = root.titled(title, (FAMILY, 22)).map_err(plot_error)?;
-    let panels = root.split_evenly((n_layers, n_heads));
-    for ((layer, head, map), panel) in maps.iter().zip(&panels) {
-        panel_heatmap(panel, &format!("layer {layer}, head {head}"), map, tokens)?;
-    }
-    root.present().map_err(plot_error)?;
-    Ok(())
-}
-
-/// One head's weights, query `i` as row `i` from the top, key `j` as column `j`.
-fn panel_heatmap(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
-    title: &str,
-    weights: &[f32],
-    tokens: &[String],
-) -> Result<()> {
-    let seq_len = tokens.len();
-    // Long sequences get position numbers instead of words, which would overlap.
-    let label = |i: usize| {
-        if seq_len <= 20 {
-            tokens[i].clone()
-        } else {
-            i.to_string()
-        }
-    };
-    let every = seq_len.div_ceil(20);
-    let name = |v: &SegmentValue<usize>, flip: bool| match v {
-        SegmentValue::CenterOf(i) if *i < seq_len && i % every == 0 => {
-            label(if flip { seq_len - 1 - i } else { *i })
-        }
-        _ => String::new(),
-    };
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, (FAMILY, 15))
-        .margin(6)
-        .x_label_area_size(45)
-        .y_label_area_size(55)
-        .build_cartesian_2d((0..seq_len).into_segmented(), (0..seq_len).into_segmented())
-        .map_err(plot_error)?;
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_labels(seq_len)
-        .y_labels(seq_len)
-        .x_label_formatter(&|v| name(v, false))
-        .y_label_formatter(&|v| name(v, true))
-        .x_label_style(TextStyle::from((FAMILY, 10).into_font()).transform(FontTransform::Rotate90))
-        .y_label_style((FAMILY, 10))
-        .draw()
-        .map_err(plot_error)?;
-    let cells = (0..seq_len).flat_map(|i| {
-        (0..seq_len).map(move |j| {
-            // Rows are drawn from the top, so query i sits at height seq_len - 1 - i.
-            let y = seq_len - 1 - i;
-            let corners = [
-                (SegmentValue::Exact(j), SegmentValue::Exact(y)),
-                (SegmentValue::Exact(j + 1), SegmentValue::Exact(y + 1)),
-            ];
-            Rectangle::new(corners, viridis(weights[i * seq_len + j]).filled())
-        })
-    });
-    chart.draw_series(cells).map_err(plot_error)?;
-    Ok(())
-}
-
-/// A weight in `[0, 1]` as a colour: a five-stop viridis ramp, dark purple to yellow.
-fn viridis(w: f32) -> RGBColor {
-    const STOPS: [[f32; 3]; 5] = [
-        [68.0, 1.0, 84.0],
-        [59.0, 82.0, 139.0],
-        [33.0, 145.0, 140.0],
-        [94.0, 201.0, 98.0],
-        [253.0, 231.0, 37.0],
-    ];
-    let x = if w.is_finite() {
-        w.clamp(0.0, 1.0)
-    } else {
-        0.0
-    } * 4.0;
-    let i = (x.floor() as usize).min(3);
-    let t = x - i as f32;
-    let mix = |k: usize| (STOPS[i][k] + t * (STOPS[i + 1][k] - STOPS[i][k])).round() as u8;
-    RGBColor(mix(0), mix(1), mix(2))
-}
-
 /// A tensor's values, converted to `T`, row-major.
 fn values<T: burn::tensor::Element>(data: TensorData) -> Result<Vec<T>> {
     data.convert::<T>()
         .try_to_vec::<T>()
         .map_err(|e| anyhow!("reading a tensor back: {e:?}"))
-}
-
-fn plot_error(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow!("drawing: {e}")
 }

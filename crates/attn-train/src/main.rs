@@ -68,9 +68,13 @@ struct Cli {
     /// Positional scheme.
     #[arg(long, value_enum, group = "shape")]
     pos: Option<PosName>,
-    /// LayerNorm placement.
+    /// LayerNorm placement. `post` drops the final LayerNorm unless --final-norm true keeps it.
     #[arg(long, value_enum, group = "shape")]
     norm: Option<Norm>,
+    /// A LayerNorm after the last layer (default: with pre-norm, not with post-norm, whose
+    /// last block already ends in one).
+    #[arg(long, group = "shape")]
+    final_norm: Option<bool>,
     /// Feed-forward non-linearity.
     #[arg(long, value_enum, group = "shape")]
     activation: Option<Act>,
@@ -225,6 +229,10 @@ fn build_config(cli: &Cli) -> Result<TrainConfig> {
     }
     if let Some(n) = cli.norm {
         c.model.norm = n;
+        c.model.final_norm = n == Norm::Pre;
+    }
+    if let Some(f) = cli.final_norm {
+        c.model.final_norm = f;
     }
     if let Some(a) = cli.activation {
         c.model.activation = a;

@@ -253,8 +253,60 @@ pub fn heatmap(
     let side = cell * seq_len as u32;
     let root = BitMapBackend::new(path, (side + 150, side + 150)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    draw_heatmap(&root, title, weights, tokens).map_err(&fail)?;
+    draw_heatmap(&root, title, weights, tokens, Labels::Large).map_err(&fail)?;
     root.present().map_err(|e| fail(e.to_string()))
+}
+
+/// One head's attention weights for every layer and head of a model, in one picture: a row
+/// per layer, a column per head, each panel drawn as [`heatmap`] draws one.
+///
+/// # Shapes
+///
+/// - maps: `(layer, head, weights)` with weights `[seq_len, seq_len]` row-major
+/// - tokens: `[seq_len]`
+///
+/// # Errors
+///
+/// [`TrainError::Plot`] when a map's size disagrees with the tokens, or the file cannot be
+/// drawn or written.
+pub fn heatmap_grid(
+    path: &Path,
+    title: &str,
+    maps: &[(usize, usize, Vec<f32>)],
+    tokens: &[String],
+) -> Result<(), TrainError> {
+    const PANEL: u32 = 330;
+    let fail = plot_error(path);
+    ensure_font().map_err(&fail)?;
+    let seq_len = tokens.len();
+    if let Some((layer, head, w)) = maps.iter().find(|(_, _, w)| w.len() != seq_len * seq_len) {
+        return Err(fail(format!(
+            "layer {layer}, head {head}: {} weights for {seq_len} tokens; expected {}",
+            w.len(),
+            seq_len * seq_len
+        )));
+    }
+    let n_layers = maps.iter().map(|(l, _, _)| l + 1).max().unwrap_or(0);
+    let n_heads = maps.iter().map(|(_, h, _)| h + 1).max().unwrap_or(0);
+    let size = (PANEL * n_heads as u32, PANEL * n_layers as u32 + 40);
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+    let root = root
+        .titled(title, (FAMILY, 22))
+        .map_err(|e| fail(e.to_string()))?;
+    let panels = root.split_evenly((n_layers.max(1), n_heads.max(1)));
+    for ((layer, head, w), panel) in maps.iter().zip(&panels) {
+        let panel_title = format!("layer {layer}, head {head}");
+        draw_heatmap(panel, &panel_title, w, tokens, Labels::Small).map_err(&fail)?;
+    }
+    root.present().map_err(|e| fail(e.to_string()))
+}
+
+/// Label sizes: one large heatmap per picture, or many small panels.
+#[derive(Clone, Copy)]
+enum Labels {
+    Large,
+    Small,
 }
 
 fn draw_heatmap(
@@ -262,22 +314,46 @@ fn draw_heatmap(
     title: &str,
     weights: &[f32],
     tokens: &[String],
+    labels: Labels,
 ) -> Result<(), String> {
     let seq_len = tokens.len();
+    // Long sequences get position numbers, and only every few of them, instead of overlapping
+    // words.
+    let most = match labels {
+        Labels::Large => 32,
+        Labels::Small => 20,
+    };
+    let every = seq_len.div_ceil(most).max(1);
+    let label = |i: usize| {
+        if seq_len <= most {
+            tokens[i].clone()
+        } else {
+            i.to_string()
+        }
+    };
     // Rows are drawn top-down, so the y axis counts from the bottom row upwards.
     let name = |v: &SegmentValue<usize>, flip: bool| match v {
-        SegmentValue::CenterOf(i) if *i < seq_len => {
-            tokens[if flip { seq_len - 1 - i } else { *i }].clone()
+        SegmentValue::CenterOf(i) if *i < seq_len && i % every == 0 => {
+            label(if flip { seq_len - 1 - i } else { *i })
         }
         _ => String::new(),
     };
-    let font_size = if seq_len > 32 { 10 } else { 13 };
+    // Room for the longest label, written sideways under the x axis.
+    let longest = (0..seq_len)
+        .map(|i| label(i).chars().count())
+        .max()
+        .unwrap_or(1) as u32;
+    let (caption, font, desc) = match labels {
+        Labels::Large => (18, if seq_len > 32 { 10 } else { 13 }, 14),
+        Labels::Small => (15, 10, 11),
+    };
+    let label_area = longest * font * 3 / 5 + 12;
     let last = seq_len.saturating_sub(1).max(1);
     let mut chart = ChartBuilder::on(root)
-        .caption(title, (FAMILY, 18))
-        .margin(10)
-        .x_label_area_size(60)
-        .y_label_area_size(70)
+        .caption(title, (FAMILY, caption))
+        .margin(8)
+        .x_label_area_size(label_area + desc)
+        .y_label_area_size(label_area + desc)
         // A segmented range `0..=last` has one segment per value: one per token.
         .build_cartesian_2d((0..last).into_segmented(), (0..last).into_segmented())
         .map_err(|e| e.to_string())?;
@@ -291,10 +367,10 @@ fn draw_heatmap(
         .x_label_formatter(&|v| name(v, false))
         .y_label_formatter(&|v| name(v, true))
         .x_label_style(
-            TextStyle::from((FAMILY, font_size).into_font()).transform(FontTransform::Rotate90),
+            TextStyle::from((FAMILY, font).into_font()).transform(FontTransform::Rotate90),
         )
-        .y_label_style((FAMILY, font_size))
-        .axis_desc_style((FAMILY, 14))
+        .y_label_style((FAMILY, font))
+        .axis_desc_style((FAMILY, desc))
         .draw()
         .map_err(|e| e.to_string())?;
     chart
@@ -353,7 +429,11 @@ mod tests {
             .collect();
         let weights = [0.25_f32; 16];
         heatmap(&dir.join("head.png"), "layer 0, head 0", &weights, &tokens).expect("heatmap");
-        for f in ["loss.png", "accuracy.png", "head.png"] {
+        let maps: Vec<_> = (0..2)
+            .flat_map(|l| (0..3).map(move |h| (l, h, vec![0.25_f32; 16])))
+            .collect();
+        heatmap_grid(&dir.join("heads.png"), "every head", &maps, &tokens).expect("grid");
+        for f in ["loss.png", "accuracy.png", "head.png", "heads.png"] {
             assert!(is_png(&dir.join(f)), "{f} is not a PNG");
         }
         std::fs::remove_dir_all(&dir).expect("cleanup");
@@ -365,6 +445,12 @@ mod tests {
         let tokens = vec!["a".to_string(), "b".to_string()];
         let err = heatmap(&dir.join("bad.png"), "t", &[1.0; 3], &tokens).expect_err("3 != 4");
         assert!(err.to_string().contains("expected 4"), "{err}");
+        let maps = vec![(0, 0, vec![0.5; 4]), (0, 1, vec![0.5; 5])];
+        let err = heatmap_grid(&dir.join("bad.png"), "t", &maps, &tokens).expect_err("5 != 4");
+        assert!(
+            err.to_string().contains("layer 0, head 1: 5 weights"),
+            "{err}"
+        );
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
