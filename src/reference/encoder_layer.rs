@@ -9,12 +9,7 @@ use attn_model::{
 use burn::tensor::Device;
 use serde::Deserialize;
 
-use super::{BoolRef, CaseReport, Comparison, RefTensor, STRATEGIES, torch_linear};
-
-#[derive(Deserialize)]
-struct File {
-    cases: Vec<Case>,
-}
+use super::{BoolRef, CaseReport, Cases, Comparison, RefTensor, STRATEGIES, torch_linear};
 
 #[derive(Deserialize)]
 struct Case {
@@ -69,7 +64,7 @@ fn weights(case: &Case, device: &Device) -> Result<TorchEncoderLayer> {
 }
 
 pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
-    let file: File = serde_json::from_str(text)?;
+    let file: Cases<Case> = serde_json::from_str(text)?;
     let mut reports = Vec::new();
     for case in &file.cases {
         let activation = match case.activation.as_str() {

@@ -6,12 +6,7 @@ use attn_model::{MhaInput, MultiHeadAttentionConfig, NeedWeights, TorchMultihead
 use burn::tensor::Device;
 use serde::Deserialize;
 
-use super::{BoolRef, CaseReport, Comparison, RefTensor, STRATEGIES, torch_linear};
-
-#[derive(Deserialize)]
-struct File {
-    cases: Vec<Case>,
-}
+use super::{BoolRef, CaseReport, Cases, Comparison, RefTensor, STRATEGIES, torch_linear};
 
 #[derive(Deserialize)]
 struct Case {
@@ -35,7 +30,7 @@ struct Case {
 }
 
 pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
-    let file: File = serde_json::from_str(text)?;
+    let file: Cases<Case> = serde_json::from_str(text)?;
     let mut reports = Vec::new();
     for case in &file.cases {
         for (backend, device) in devices {

@@ -211,6 +211,12 @@ fn numbers_or_booleans<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f32
         .collect())
 }
 
+/// A file whose cases all have one layout: `{"cases": [..]}`.
+#[derive(Deserialize)]
+struct Cases<T> {
+    cases: Vec<T>,
+}
+
 /// A boolean reference tensor stored as JSON booleans (`true` = masked).
 #[derive(Clone, Debug, Deserialize)]
 struct BoolRef {

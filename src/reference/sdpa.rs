@@ -6,12 +6,7 @@ use attn_core::{AttentionOptions, CausalAlignment, Strategy, try_scaled_dot_prod
 use burn::tensor::Device;
 use serde::Deserialize;
 
-use super::{CaseReport, Comparison, RefTensor, STRATEGIES};
-
-#[derive(Deserialize)]
-struct File {
-    cases: Vec<Case>,
-}
+use super::{CaseReport, Cases, Comparison, RefTensor, STRATEGIES};
 
 #[derive(Deserialize)]
 struct Case {
@@ -32,7 +27,7 @@ struct Case {
 }
 
 pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
-    let file: File = serde_json::from_str(text)?;
+    let file: Cases<Case> = serde_json::from_str(text)?;
     let mut reports = Vec::new();
     for case in &file.cases {
         for (backend, device) in devices {
