@@ -2,7 +2,10 @@
 //! (explicit strategy) and gradients where the case carries them.
 
 use anyhow::{Result, bail};
-use attn_core::{AttentionOptions, CausalAlignment, Strategy, try_scaled_dot_product_attention};
+use attn_core::{
+    AttentionOptions, CausalAlignment, Strategy, native_attention, native_attention_backward,
+    try_scaled_dot_product_attention,
+};
 use burn::tensor::Device;
 use serde::Deserialize;
 
@@ -80,7 +83,20 @@ fn run(case: &Case, device: &Device, strategy: Strategy) -> Result<Comparison> {
         (&case.grad_out, &case.grad_q, &case.grad_k, &case.grad_v)
     {
         if strategy == Strategy::Native {
-            // The native kernel has no backward pass; its forward was checked above.
+            // burn's autodiff does not record the native kernel; its own backward pass
+            // computes the gradients from the forward's log-sum-exp.
+            let opts = options(case, device, strategy)?;
+            let (q, k, v) = (
+                case.q.tensor::<4>(device)?,
+                case.k.tensor::<4>(device)?,
+                case.v.tensor::<4>(device)?,
+            );
+            let forward = native_attention(q.clone(), k.clone(), v.clone(), &opts)?;
+            let grads =
+                native_attention_backward(q, k, v, &forward, grad_out.tensor(device)?, &opts)?;
+            for (grad, expected) in [(grads.dq, gq), (grads.dk, gk), (grads.dv, gv)] {
+                comparison.add(grad, expected)?;
+            }
             return Ok(comparison);
         }
         let autodiff = device.clone().autodiff();

@@ -114,4 +114,14 @@ pub enum AttentionError {
         /// The padded length.
         seq_len: usize,
     },
+    /// A tensor handed to a backward pass does not have the shape the forward gave.
+    #[error("{what} has shape {got:?}; the forward pass needs {expected:?}")]
+    GradientShape {
+        /// Which tensor.
+        what: &'static str,
+        /// Its shape.
+        got: Vec<usize>,
+        /// The shape it must have.
+        expected: Vec<usize>,
+    },
 }

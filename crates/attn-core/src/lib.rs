@@ -54,7 +54,9 @@ pub use error::AttentionError;
 pub use explicit::scaled_scores;
 pub use heads::{merge_heads, repeat_kv_heads, split_heads, try_split_heads};
 pub use mask::{causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_mask_from_lengths};
-pub use native::{NativeOutput, native_attention, native_serves};
+pub use native::{
+    NativeGradients, NativeOutput, native_attention, native_attention_backward, native_serves,
+};
 pub use options::{AttentionOptions, CausalAlignment, Strategy};
 pub use sdpa::{
     AttentionOutput, PreparedAttention, scaled_dot_product_attention,

@@ -2,8 +2,8 @@
 //! differences, and against the properties the math promises, on every strategy and backend.
 
 use attn_core::{
-    AttentionError, AttentionOptions, CausalAlignment, Strategy, scaled_dot_product_attention,
-    try_scaled_dot_product_attention,
+    AttentionError, AttentionOptions, CausalAlignment, Strategy, native_attention,
+    native_attention_backward, scaled_dot_product_attention, try_scaled_dot_product_attention,
 };
 use attn_testing::{
     ATOL, RTOL, RefTensor, SeededRng, TestDevice, assert_close, assert_close_slices,
@@ -134,20 +134,23 @@ fn reference_gradients_match_pytorch_on_every_strategy() {
     assert_eq!(with_grads.len(), 3, "three reference cases carry gradients");
     for_each_device(|d| {
         for case in &with_grads {
-            // The native kernel has no backward pass: it refuses tracked inputs.
-            for strategy in STRATEGIES.into_iter().filter(|s| *s != Strategy::Native) {
+            for strategy in STRATEGIES {
                 let what = format!("{} / {} / {}", d.name, case.name, strategy.name());
-                let autodiff = d.device.clone().autodiff();
-                let options = case.options(&autodiff).with_strategy(strategy);
                 let grad_out = case.grad_out.as_ref().expect("filtered").tensor(&d.device);
-                let [gq, gk, gv] = gradients(
-                    d,
+                let (q, k, v) = (
                     case.q.tensor(&d.device),
                     case.k.tensor(&d.device),
                     case.v.tensor(&d.device),
-                    grad_out,
-                    &options,
                 );
+                // The native kernel is not recorded by burn's autodiff; its own backward pass
+                // computes the gradients from the forward's log-sum-exp.
+                let [gq, gk, gv] = if strategy == Strategy::Native {
+                    native_gradients(q, k, v, grad_out, &case.options(&d.device))
+                } else {
+                    let autodiff = d.device.clone().autodiff();
+                    let options = case.options(&autodiff).with_strategy(strategy);
+                    gradients(d, q, k, v, grad_out, &options)
+                };
                 let expected = [&case.grad_q, &case.grad_k, &case.grad_v];
                 for ((got, want), name) in
                     [gq, gk, gv].into_iter().zip(expected).zip(["q", "k", "v"])
@@ -158,6 +161,20 @@ fn reference_gradients_match_pytorch_on_every_strategy() {
             }
         }
     });
+}
+
+/// The gradients of `sum(out * grad_out)` from the native kernel's own backward pass.
+fn native_gradients(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    grad_out: Tensor<4>,
+    options: &AttentionOptions,
+) -> [Tensor<4>; 3] {
+    let forward = native_attention(q.clone(), k.clone(), v.clone(), options).expect("valid case");
+    let grads =
+        native_attention_backward(q, k, v, &forward, grad_out, options).expect("valid case");
+    [grads.dq, grads.dk, grads.dv]
 }
 
 #[test]
@@ -176,7 +193,11 @@ fn gradients_agree_with_finite_differences() {
             burn::tensor::TensorData::new(vec![false, false, true, false], [1, 1, 1, 4]),
             device,
         );
-        for strategy in [Strategy::Explicit, Strategy::Chunked { block: 3 }] {
+        for strategy in [
+            Strategy::Explicit,
+            Strategy::Chunked { block: 3 },
+            Strategy::Native,
+        ] {
             let options = |dev: &Device| {
                 AttentionOptions::new()
                     .with_mask(mask.clone().to_device(dev))
@@ -184,14 +205,18 @@ fn gradients_agree_with_finite_differences() {
                     .with_causal(CausalAlignment::TopLeft)
                     .with_strategy(strategy)
             };
-            let analytic = gradients(
-                d,
-                q.clone(),
-                k.clone(),
-                v.clone(),
-                g.clone(),
-                &options(&d.device.clone().autodiff()),
-            );
+            let analytic = if strategy == Strategy::Native {
+                native_gradients(q.clone(), k.clone(), v.clone(), g.clone(), &options(device))
+            } else {
+                gradients(
+                    d,
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    g.clone(),
+                    &options(&d.device.clone().autodiff()),
+                )
+            };
             let loss = |q: Tensor<4>, k: Tensor<4>, v: Tensor<4>| -> f64 {
                 let out = scaled_dot_product_attention(q, k, v, &options(device)).context;
                 to_vec(out)

@@ -70,6 +70,12 @@ impl<'a, T: Copy> Broadcast<'a, T> {
         Self { data, strides }
     }
 
+    /// Element `[b, h, i, j]`.
+    pub fn at(&self, b: usize, h: usize, i: usize, j: usize) -> T {
+        let [sb, sh, si, sj] = self.strides;
+        self.data[b * sb + h * sh + i * si + j * sj]
+    }
+
     /// Keys `j0..j0 + len` of row `[b, h, i]`: a slice, or one value when the key axis is
     /// broadcast.
     fn row(&self, b: usize, h: usize, i: usize, j0: usize, len: usize) -> Row<'a, T> {

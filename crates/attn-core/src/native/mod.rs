@@ -20,6 +20,7 @@
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod avx2;
+mod backward;
 mod exp;
 mod kernel;
 
@@ -86,6 +87,107 @@ pub fn native_attention(
     })
 }
 
+/// The gradients [`native_attention_backward`] returns.
+#[derive(Clone, Debug)]
+pub struct NativeGradients {
+    /// `∂L/∂q`, `[batch, n_heads, seq_len_q, d_head]`.
+    pub dq: Tensor<4>,
+    /// `∂L/∂k`, `[batch, n_kv_heads, seq_len_kv, d_head]`.
+    pub dk: Tensor<4>,
+    /// `∂L/∂v`, `[batch, n_kv_heads, seq_len_kv, d_value]`.
+    pub dv: Tensor<4>,
+}
+
+/// The backward pass of [`native_attention`]: given the forward's context and log-sum-exp
+/// and the gradient of a loss `L` with respect to the context, the gradients of `L` with
+/// respect to `q`, `k` and `v`.
+///
+/// FlashAttention-2's backward: each weight is recomputed from `q`, `k` and the log-sum-exp
+/// when it is needed and never stored, so the memory beyond the inputs and gradients does not
+/// grow with `seq_len_q · seq_len_kv`. Masks, both causal alignments, bias, scale and
+/// grouped-query heads act as in the forward; fully masked rows get zero gradients. (The bias
+/// is treated as a constant: no gradient is returned for it.)
+///
+/// # Shapes
+/// - `q`, `k`, `v`, `options`: as given to [`native_attention`]
+/// - `forward`: what [`native_attention`] returned for them
+/// - `d_context`: `[batch, n_heads, seq_len_q, d_value]`
+/// - returns: gradients shaped like `q`, `k` and `v`
+///
+/// # Errors
+/// As [`native_attention`], plus [`AttentionError::GradientShape`] when `forward` or
+/// `d_context` does not have the forward's shapes.
+pub fn native_attention_backward(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    forward: &NativeOutput,
+    d_context: Tensor<4>,
+    options: &AttentionOptions,
+) -> Result<NativeGradients, AttentionError> {
+    let plan = PreparedAttention::new(&q, &k, &v, options)?;
+    if plan.dropout > 0.0 {
+        return Err(AttentionError::StrategyCannot {
+            strategy: Strategy::Native.name(),
+            what: "apply dropout to the weights",
+        });
+    }
+    let [batch, n_heads, seq_len_q, seq_len_kv] = plan.scores_shape;
+    let [_, n_kv_heads, _, d_head] = k.dims();
+    let d_value = v.dims()[3];
+    let context_shape = vec![batch, n_heads, seq_len_q, d_value];
+    for (what, got, expected) in [
+        (
+            "the forward's context",
+            forward.context.dims().to_vec(),
+            &context_shape,
+        ),
+        ("d_context", d_context.dims().to_vec(), &context_shape),
+        (
+            "the forward's lse",
+            forward.lse.dims().to_vec(),
+            &vec![batch, n_heads, seq_len_q],
+        ),
+    ] {
+        if &got != expected {
+            return Err(AttentionError::GradientShape {
+                what,
+                got,
+                expected: expected.clone(),
+            });
+        }
+    }
+    let device = q.device();
+    let dtype = q.dtype();
+    let host = Host::new(q, k, v, &plan);
+    let problem = host.problem(&plan);
+    let context = floats(forward.context.clone());
+    let lse = floats(forward.lse.clone());
+    let d_context = floats(d_context);
+    let mut dq = vec![0.0; batch * n_heads * seq_len_q * d_head];
+    let mut dk = vec![0.0; batch * n_kv_heads * seq_len_kv * d_head];
+    let mut dv = vec![0.0; batch * n_kv_heads * seq_len_kv * d_value];
+    backward::attention_backward(
+        &problem,
+        slice(&context),
+        slice(&lse),
+        slice(&d_context),
+        backward::Gradients {
+            dq: &mut dq,
+            dk: &mut dk,
+            dv: &mut dv,
+        },
+    );
+    let tensor = |data: Vec<f32>, shape: [usize; 4]| {
+        Tensor::<4>::from_data(TensorData::new(data, shape), &device).cast(dtype)
+    };
+    Ok(NativeGradients {
+        dq: tensor(dq, [batch, n_heads, seq_len_q, d_head]),
+        dk: tensor(dk, [batch, n_kv_heads, seq_len_kv, d_head]),
+        dv: tensor(dv, [batch, n_kv_heads, seq_len_kv, d_value]),
+    })
+}
+
 /// Refuses what the native kernel cannot do: return or drop weights, or be differentiated.
 pub(crate) fn check_can_run(
     q: &Tensor<4>,
@@ -127,35 +229,12 @@ fn run(
     plan: &PreparedAttention,
     want_lse: bool,
 ) -> (Tensor<4>, Option<Tensor<3>>) {
-    let [batch, n_heads, seq_len_q, seq_len_kv] = plan.scores_shape;
-    let [_, n_kv_heads, _, d_head] = k.dims();
+    let [batch, n_heads, seq_len_q, _] = plan.scores_shape;
     let d_value = v.dims()[3];
     let device = q.device();
     let dtype = q.dtype();
-
-    let (q, k, v) = (floats(q), floats(k), floats(v));
-    let mask = plan.mask.clone().map(|m| (m.dims(), bools(m)));
-    let bias = plan.bias.clone().map(|b| (b.dims(), floats(b)));
-    let problem = Problem {
-        q: slice(&q),
-        k: slice(&k),
-        v: slice(&v),
-        batch,
-        n_heads,
-        n_kv_heads,
-        seq_len_q,
-        seq_len_kv,
-        d_head,
-        d_value,
-        scale: plan.scale as f32,
-        mask: mask
-            .as_ref()
-            .map(|(dims, data)| Broadcast::new(data.as_slice(), *dims)),
-        bias: bias
-            .as_ref()
-            .map(|(dims, data)| Broadcast::new(slice(data), *dims)),
-        causal_offset: plan.causal_offset,
-    };
+    let host = Host::new(q, k, v, plan);
+    let problem = host.problem(plan);
 
     let mut context = vec![0.0; batch * n_heads * seq_len_q * d_value];
     let mut lse = want_lse.then(|| vec![0.0; batch * n_heads * seq_len_q]);
@@ -171,6 +250,61 @@ fn run(
             .cast(dtype)
     });
     (context, lse)
+}
+
+/// One problem's inputs, copied to host memory as `f32` (booleans for the mask).
+struct Host {
+    /// `k`'s `[batch, n_kv_heads, seq_len_kv, d_head]`.
+    k_dims: [usize; 4],
+    d_value: usize,
+    q: TensorData,
+    k: TensorData,
+    v: TensorData,
+    mask: Option<([usize; 4], Vec<bool>)>,
+    bias: Option<([usize; 4], TensorData)>,
+}
+
+impl Host {
+    fn new(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, plan: &PreparedAttention) -> Self {
+        Self {
+            k_dims: k.dims(),
+            d_value: v.dims()[3],
+            q: floats(q),
+            k: floats(k),
+            v: floats(v),
+            mask: plan.mask.clone().map(|m| (m.dims(), bools(m))),
+            bias: plan.bias.clone().map(|b| (b.dims(), floats(b))),
+        }
+    }
+
+    /// The kernel's view of these inputs under `plan`.
+    fn problem(&self, plan: &PreparedAttention) -> Problem<'_> {
+        let [batch, n_heads, seq_len_q, seq_len_kv] = plan.scores_shape;
+        let [_, n_kv_heads, _, d_head] = self.k_dims;
+        let d_value = self.d_value;
+        Problem {
+            q: slice(&self.q),
+            k: slice(&self.k),
+            v: slice(&self.v),
+            batch,
+            n_heads,
+            n_kv_heads,
+            seq_len_q,
+            seq_len_kv,
+            d_head,
+            d_value,
+            scale: plan.scale as f32,
+            mask: self
+                .mask
+                .as_ref()
+                .map(|(dims, data)| Broadcast::new(data.as_slice(), *dims)),
+            bias: self
+                .bias
+                .as_ref()
+                .map(|(dims, data)| Broadcast::new(slice(data), *dims)),
+            causal_offset: plan.causal_offset,
+        }
+    }
 }
 
 /// A float tensor's values as `f32`, row-major.
@@ -228,43 +362,53 @@ mod tests {
         ]
     }
 
+    /// Options for trial `trial`: a custom scale, then by turns no mask, a random mask or
+    /// padding, a bias on odd trials, and causality in either alignment on most.
+    fn options_for(
+        rng: &mut SeededRng,
+        trial: usize,
+        q: &Tensor<4>,
+        k: &Tensor<4>,
+        device: &Device,
+    ) -> AttentionOptions {
+        let [batch, n_heads, seq_len_q, _] = q.dims();
+        let seq_len_kv = k.dims()[2];
+        let mut options = AttentionOptions::new().with_scale(0.2 + f64::from(rng.unit().abs()));
+        options = match trial % 3 {
+            0 => options,
+            1 => options.with_mask(rng.bool_tensor(
+                [batch, n_heads, seq_len_q, seq_len_kv],
+                0.3,
+                device,
+            )),
+            _ => {
+                let lengths: Vec<usize> = (0..batch).map(|_| rng.range(1, seq_len_kv)).collect();
+                let padding =
+                    padding_mask_from_lengths(&lengths, seq_len_kv, device).expect("lengths fit");
+                options.with_mask(padding_mask(padding))
+            }
+        };
+        if trial % 2 == 1 {
+            options = options.with_bias(rng.tensor([1, n_heads, seq_len_q, seq_len_kv], device));
+        }
+        if !trial.is_multiple_of(4) {
+            let alignment = if trial % 4 == 1 {
+                CausalAlignment::TopLeft
+            } else {
+                CausalAlignment::BottomRight
+            };
+            options = options.with_causal(alignment);
+        }
+        options
+    }
+
     #[test]
     fn native_equals_explicit_with_masks_bias_causality_and_grouped_heads() {
         for_each_device(|d| {
             let mut rng = SeededRng::new(77);
             for trial in 0..8 {
                 let [q, k, v] = inputs(&mut rng, trial, &d.device);
-                let [batch, n_heads, seq_len_q, _] = q.dims();
-                let seq_len_kv = k.dims()[2];
-                let mut options =
-                    AttentionOptions::new().with_scale(0.2 + f64::from(rng.unit().abs()));
-                options = match trial % 3 {
-                    0 => options,
-                    1 => options.with_mask(rng.bool_tensor(
-                        [batch, n_heads, seq_len_q, seq_len_kv],
-                        0.3,
-                        &d.device,
-                    )),
-                    _ => {
-                        let lengths: Vec<usize> =
-                            (0..batch).map(|_| rng.range(1, seq_len_kv)).collect();
-                        let padding = padding_mask_from_lengths(&lengths, seq_len_kv, &d.device)
-                            .expect("lengths fit");
-                        options.with_mask(padding_mask(padding))
-                    }
-                };
-                if trial % 2 == 1 {
-                    options = options
-                        .with_bias(rng.tensor([1, n_heads, seq_len_q, seq_len_kv], &d.device));
-                }
-                if trial % 4 != 0 {
-                    let alignment = if trial % 4 == 1 {
-                        CausalAlignment::TopLeft
-                    } else {
-                        CausalAlignment::BottomRight
-                    };
-                    options = options.with_causal(alignment);
-                }
+                let options = options_for(&mut rng, trial, &q, &k, &d.device);
                 let run = |strategy| {
                     let options = options.clone().with_strategy(strategy);
                     try_scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &options)
@@ -286,6 +430,98 @@ mod tests {
                 );
             }
         });
+    }
+
+    #[test]
+    fn backward_equals_explicit_autodiff_with_masks_bias_causality_and_grouped_heads() {
+        for_each_device(|d| {
+            let mut rng = SeededRng::new(31);
+            for trial in 0..8 {
+                let [q, k, v] = inputs(&mut rng, trial, &d.device);
+                let options = options_for(&mut rng, trial, &q, &k, &d.device);
+                let forward = native_attention(q.clone(), k.clone(), v.clone(), &options)
+                    .expect("valid problem");
+                let d_context = rng.tensor(forward.context.dims(), &d.device);
+                let ours = native_attention_backward(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &forward,
+                    d_context.clone(),
+                    &options,
+                )
+                .expect("valid problem");
+
+                // The reference: burn's autodiff through the explicit strategy.
+                let autodiff = d.device.clone().autodiff();
+                let on =
+                    |t: &Tensor<4>| Tensor::<4>::from_data(t.to_data(), &autodiff).require_grad();
+                let (qa, ka, va) = (on(&q), on(&k), on(&v));
+                let mut explicit = options.clone().with_strategy(Strategy::Explicit);
+                explicit.mask = options
+                    .mask
+                    .as_ref()
+                    .map(|m| Tensor::from_data(m.to_data(), &autodiff));
+                explicit.bias = options
+                    .bias
+                    .as_ref()
+                    .map(|b| Tensor::from_data(b.to_data(), &autodiff));
+                let out =
+                    try_scaled_dot_product_attention(qa.clone(), ka.clone(), va.clone(), &explicit)
+                        .expect("valid problem")
+                        .context;
+                let grads = (out * Tensor::<4>::from_data(d_context.to_data(), &autodiff))
+                    .sum()
+                    .backward();
+                for (name, got, input) in [
+                    ("dq", ours.dq, &qa),
+                    ("dk", ours.dk, &ka),
+                    ("dv", ours.dv, &va),
+                ] {
+                    let expected = input.grad(&grads).expect("the input is in the graph");
+                    assert_tensors_close(
+                        got,
+                        Tensor::<4>::from_data(expected.to_data(), &d.device),
+                        ATOL,
+                        RTOL,
+                        &format!(
+                            "{} trial {trial}: {name}, q {:?}, k {:?}",
+                            d.name,
+                            q.dims(),
+                            k.dims()
+                        ),
+                    );
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn backward_names_a_gradient_of_the_wrong_shape() {
+        let device = Device::flex();
+        let mut rng = SeededRng::new(5);
+        let q = rng.tensor([1, 2, 3, 4], &device);
+        let k = rng.tensor([1, 2, 5, 4], &device);
+        let v = rng.tensor([1, 2, 5, 6], &device);
+        let options = AttentionOptions::new();
+        let forward = native_attention(q.clone(), k.clone(), v.clone(), &options).expect("valid");
+        let err = native_attention_backward(
+            q,
+            k,
+            v,
+            &forward,
+            rng.tensor([1, 2, 3, 5], &device),
+            &options,
+        )
+        .expect_err("d_value is 6");
+        assert_eq!(
+            err,
+            AttentionError::GradientShape {
+                what: "d_context",
+                got: vec![1, 2, 3, 5],
+                expected: vec![1, 2, 3, 6],
+            }
+        );
     }
 
     #[test]
