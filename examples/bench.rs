@@ -43,7 +43,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use attn_core::{AttentionOptions, DEFAULT_BLOCK, Strategy, scaled_dot_product_attention};
+use attn_core::{
+    AttentionOptions, DEFAULT_BLOCK, Strategy, native_attention, native_attention_backward,
+    scaled_dot_product_attention,
+};
 use attn_model::{Activation, EncoderBlockConfig, NormPlacement};
 use attn_train::TrainConfig;
 use attn_train::backend;
@@ -79,7 +82,12 @@ const QUICK_SIZES: &[usize] = &[128, 512];
 /// Sizes of `--memory`: the growth from one to the next says whether memory is linear in s.
 const MEMORY_SIZES: &[usize] = &[4096, 8192, 16384];
 /// Cases of `--memory` unless `--cases` says otherwise.
-const MEMORY_CASES: &[&str] = &["attn/explicit", "attn/chunked", "burn/module_attention"];
+const MEMORY_CASES: &[&str] = &[
+    "attn/explicit",
+    "attn/chunked",
+    "attn/native",
+    "burn/module_attention",
+];
 
 #[derive(Parser, Debug)]
 #[command(about = "Attention benchmarks: attn's strategies against burn's attention, side by side")]
@@ -263,12 +271,10 @@ impl Case {
             .ok_or_else(|| anyhow!("unknown case `{id}`; `--list` prints them"))
     }
 
-    /// The passes this case runs: a training step is always forward plus backward, and the
-    /// native kernel has no backward.
+    /// The passes this case runs: a training step is always forward plus backward.
     fn passes(&self) -> &'static [Pass] {
         match self.workload {
             Workload::TrainStep => &[Pass::ForwardBackward],
-            Workload::Attn(Strategy::Native) => &[Pass::Forward],
             _ => &Pass::ALL,
         }
     }
@@ -576,9 +582,11 @@ fn measure(step: &mut Step, budget: &Budget) -> Result<Vec<f64>> {
 
 /// Builds the inputs of a case and returns one run of it.
 fn prepare(case: &Case, pass: Pass, device: &Device, seq_len: usize) -> Result<Step> {
+    // The native kernel's backward is its own (`native_attention_backward`), not autodiff's.
+    let native = matches!(case.workload, Workload::Attn(Strategy::Native));
     let device = match pass {
-        Pass::Forward => device.clone(),
-        Pass::ForwardBackward => device.clone().autodiff(),
+        Pass::ForwardBackward if !native => device.clone().autodiff(),
+        _ => device.clone(),
     };
     device.seed(SEED);
     let normal = Distribution::Normal(0.0, 1.0);
@@ -592,6 +600,21 @@ fn prepare(case: &Case, pass: Pass, device: &Device, seq_len: usize) -> Result<S
                 Pass::Forward => Box::new(move || {
                     let context = attend(workload, q.clone(), k.clone(), v.clone());
                     finish(&device, context)
+                }),
+                Pass::ForwardBackward if native => Box::new(move || {
+                    let options = AttentionOptions::new();
+                    let forward = native_attention(q.clone(), k.clone(), v.clone(), &options)?;
+                    // The gradient of `context.sum()`.
+                    let ones = forward.context.ones_like();
+                    let grads = native_attention_backward(
+                        q.clone(),
+                        k.clone(),
+                        v.clone(),
+                        &forward,
+                        ones,
+                        &options,
+                    )?;
+                    finish(&device, grads.dq)
                 }),
                 Pass::ForwardBackward => {
                     let (q, k, v) = (q.require_grad(), k.require_grad(), v.require_grad());

@@ -71,7 +71,8 @@ pub fn native_serves(device: &Device) -> bool {
 /// # Errors
 /// An [`AttentionError`] naming the dimensions when the shapes cannot work, and
 /// [`AttentionError::StrategyCannot`] when the options ask for weights or dropout, or when
-/// gradients would have to flow through it (it has no backward pass yet).
+/// gradients would have to flow through it: burn's autodiff does not record it
+/// ([`native_attention_backward`] computes its gradients).
 pub fn native_attention(
     q: Tensor<4>,
     k: Tensor<4>,
