@@ -4,12 +4,13 @@
 use anyhow::{Result, bail};
 use attn_model::{
     Activation, EncoderBlockConfig, NormPlacement, TorchEncoderLayer, TorchLayerNorm,
-    TorchMultiheadAttention,
 };
 use burn::tensor::Device;
 use serde::Deserialize;
 
-use super::{BoolRef, CaseReport, Cases, Comparison, RefTensor, STRATEGIES, torch_linear};
+use super::{
+    AttentionWeights, BoolRef, CaseReport, Cases, Comparison, RefTensor, STRATEGIES, torch_linear,
+};
 
 #[derive(Deserialize)]
 struct Case {
@@ -20,14 +21,8 @@ struct Case {
     activation: String,
     norm_first: bool,
     layer_norm_eps: f64,
-    w_q: RefTensor,
-    b_q: RefTensor,
-    w_k: RefTensor,
-    b_k: RefTensor,
-    w_v: RefTensor,
-    b_v: RefTensor,
-    w_o: RefTensor,
-    b_o: RefTensor,
+    #[serde(flatten)]
+    attention: AttentionWeights,
     w_ff1: RefTensor,
     b_ff1: RefTensor,
     w_ff2: RefTensor,
@@ -50,12 +45,7 @@ fn layer_norm(gamma: &RefTensor, beta: &RefTensor, device: &Device) -> Result<To
 
 fn weights(case: &Case, device: &Device) -> Result<TorchEncoderLayer> {
     Ok(TorchEncoderLayer {
-        self_attn: TorchMultiheadAttention {
-            q: torch_linear(&case.w_q, &case.b_q, device)?,
-            k: torch_linear(&case.w_k, &case.b_k, device)?,
-            v: torch_linear(&case.w_v, &case.b_v, device)?,
-            out_proj: torch_linear(&case.w_o, &case.b_o, device)?,
-        },
+        self_attn: case.attention.torch(device)?,
         linear1: torch_linear(&case.w_ff1, &case.b_ff1, device)?,
         linear2: torch_linear(&case.w_ff2, &case.b_ff2, device)?,
         norm1: layer_norm(&case.norm1_gamma, &case.norm1_beta, device)?,
@@ -78,6 +68,7 @@ pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<Case
             NormPlacement::Post
         };
         for (backend, device) in devices {
+            let weights = weights(case, device)?;
             for strategy in STRATEGIES {
                 let block = EncoderBlockConfig::new(case.d_model, case.n_heads, case.d_ff)
                     .with_dropout(0.0)
@@ -86,7 +77,7 @@ pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<Case
                     .with_layer_norm_eps(case.layer_norm_eps)
                     .with_strategy(strategy)
                     .init(device)?
-                    .load_pytorch(weights(case, device)?)?;
+                    .load_pytorch(weights.clone())?;
                 let out = block.try_forward(
                     case.input.tensor(device)?,
                     Some(case.key_padding_masked.tensor(device)),

@@ -2,25 +2,19 @@
 //! from the PyTorch tensors; outputs on every strategy, per-head weights where asked.
 
 use anyhow::Result;
-use attn_model::{MhaInput, MultiHeadAttentionConfig, NeedWeights, TorchMultiheadAttention};
+use attn_model::{MhaInput, MultiHeadAttentionConfig, NeedWeights};
 use burn::tensor::Device;
 use serde::Deserialize;
 
-use super::{BoolRef, CaseReport, Cases, Comparison, RefTensor, STRATEGIES, torch_linear};
+use super::{AttentionWeights, BoolRef, CaseReport, Cases, Comparison, RefTensor, STRATEGIES};
 
 #[derive(Deserialize)]
 struct Case {
     name: String,
     d_model: usize,
     n_heads: usize,
-    w_q: RefTensor,
-    b_q: RefTensor,
-    w_k: RefTensor,
-    b_k: RefTensor,
-    w_v: RefTensor,
-    b_v: RefTensor,
-    w_o: RefTensor,
-    b_o: RefTensor,
+    #[serde(flatten)]
+    weights: AttentionWeights,
     query: RefTensor,
     /// Keys and values come from here; self-attention cases store the query again.
     context: RefTensor,
@@ -33,22 +27,17 @@ pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<Case
     let file: Cases<Case> = serde_json::from_str(text)?;
     let mut reports = Vec::new();
     for case in &file.cases {
+        let [_, d_context] = case.weights.w_k.shape[..] else {
+            anyhow::bail!("case {}: w_k must be [d_model, d_context]", case.name);
+        };
         for (backend, device) in devices {
+            let weights = case.weights.torch(device)?;
             for strategy in STRATEGIES {
-                let weights = TorchMultiheadAttention {
-                    q: torch_linear(&case.w_q, &case.b_q, device)?,
-                    k: torch_linear(&case.w_k, &case.b_k, device)?,
-                    v: torch_linear(&case.w_v, &case.b_v, device)?,
-                    out_proj: torch_linear(&case.w_o, &case.b_o, device)?,
-                };
-                let [_, d_context] = case.w_k.shape[..] else {
-                    anyhow::bail!("case {}: w_k must be [d_model, d_context]", case.name);
-                };
                 let mha = MultiHeadAttentionConfig::new(case.d_model, case.n_heads)
                     .with_d_context(Some(d_context))
                     .with_strategy(strategy)
                     .init(device)?
-                    .load_pytorch(weights)?;
+                    .load_pytorch(weights.clone())?;
                 let query = case.query.tensor::<3>(device)?;
                 let input = if case.name.starts_with("self") {
                     MhaInput::self_attention(query)

@@ -233,6 +233,31 @@ impl BoolRef {
     }
 }
 
+/// `nn.MultiheadAttention`'s four projections as the files store them, PyTorch layout.
+#[derive(Deserialize)]
+struct AttentionWeights {
+    w_q: RefTensor,
+    b_q: RefTensor,
+    w_k: RefTensor,
+    b_k: RefTensor,
+    w_v: RefTensor,
+    b_v: RefTensor,
+    w_o: RefTensor,
+    b_o: RefTensor,
+}
+
+impl AttentionWeights {
+    /// The projections as the model's PyTorch loader takes them, on `device`.
+    fn torch(&self, device: &Device) -> Result<attn_model::TorchMultiheadAttention> {
+        Ok(attn_model::TorchMultiheadAttention {
+            q: torch_linear(&self.w_q, &self.b_q, device)?,
+            k: torch_linear(&self.w_k, &self.b_k, device)?,
+            v: torch_linear(&self.w_v, &self.b_v, device)?,
+            out_proj: torch_linear(&self.w_o, &self.b_o, device)?,
+        })
+    }
+}
+
 /// PyTorch's `Linear` weight `[out, in]` and bias `[out]` as the model's loader takes them.
 fn torch_linear(
     weight: &RefTensor,

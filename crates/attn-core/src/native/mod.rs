@@ -202,7 +202,7 @@ pub(crate) fn check_can_run(
     } else if plan.dropout > 0.0 {
         "apply dropout to the weights"
     } else if q.is_tracked() || k.is_tracked() || v.is_tracked() {
-        "compute gradients (it has no backward pass)"
+        "be recorded by autodiff (native_attention_backward computes its gradients)"
     } else {
         return Ok(());
     };
