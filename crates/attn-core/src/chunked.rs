@@ -23,6 +23,7 @@ use crate::{PreparedAttention, repeat_kv_heads};
 /// Keys per block when [`Strategy::Chunked`](crate::Strategy::Chunked) is built by default.
 pub const DEFAULT_BLOCK: usize = 256;
 
+/// The context `[batch, n_heads, seq_len_q, d_value]`.
 pub(crate) fn attention(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -30,6 +31,18 @@ pub(crate) fn attention(
     plan: &PreparedAttention,
     block: usize,
 ) -> Tensor<4> {
+    forward(q, k, v, plan, block).0
+}
+
+/// The context and each row's log-sum-exp `ln l + m` `[batch, n_heads, seq_len_q]` (`−∞` for
+/// a fully masked row), which is what [`backward`] needs besides the inputs.
+pub(crate) fn forward(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    plan: &PreparedAttention,
+    block: usize,
+) -> (Tensor<4>, Tensor<3>) {
     let [batch, n_heads, seq_len_q, seq_len_kv] = plan.scores_shape;
     let d_value = v.dims()[3];
     let device = q.device();
@@ -56,5 +69,68 @@ pub(crate) fn attention(
         out = out * rescale + p.matmul(v_block); // [batch, n_heads, seq_len_q, d_value]
         row_max = new_max;
     }
-    out / row_sum.clamp_min(f32::MIN_POSITIVE)
+    let lse = (row_sum.clone().log() + row_max).reshape([batch, n_heads, seq_len_q]);
+    (out / row_sum.clamp_min(f32::MIN_POSITIVE), lse)
+}
+
+/// FlashAttention-2's backward over the same blocks of keys: with `p = exp(s − lse)`
+/// recomputed for each block and `D = rowsum(d_context ∘ context)`,
+///
+/// ```text
+/// dv_block = pᵀ · d_context         dp = d_context · v_blockᵀ
+/// ds = p ∘ (dp − D)                 dq += ds · k_block · scale,   dk_block = dsᵀ · q · scale
+/// ```
+///
+/// Returns `[dq, dk, dv]` shaped like `q`, `k` and `v` (grouped key/value heads get the sum
+/// over the query heads that share them).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    plan: &PreparedAttention,
+    block: usize,
+    context: Tensor<4>,
+    lse: Tensor<3>,
+    d_context: Tensor<4>,
+) -> [Tensor<4>; 3] {
+    let [batch, n_heads, seq_len_q, seq_len_kv] = plan.scores_shape;
+    let [_, n_kv_heads, _, d_head] = k.dims();
+    let d_value = v.dims()[3];
+    let k = repeat_kv_heads(k, n_heads); // [batch, n_heads, seq_len_kv, d_head]
+    let v = repeat_kv_heads(v, n_heads); // [batch, n_heads, seq_len_kv, d_value]
+    let q_scaled = q.mul_scalar(plan.scale);
+    // A fully masked row has lse = −∞ and scores −∞; a finite floor keeps its p at exp(−∞) = 0.
+    let lse = lse
+        .reshape([batch, n_heads, seq_len_q, 1])
+        .clamp_min(f32::MIN); // [batch, n_heads, seq_len_q, 1]
+    let d_sum = (d_context.clone() * context).sum_dim(3); // D: [batch, n_heads, seq_len_q, 1]
+
+    let mut dq = Tensor::<4>::zeros(q_scaled.dims(), &q_scaled.device());
+    let mut dk_blocks = Vec::new();
+    let mut dv_blocks = Vec::new();
+    for kv_start in (0..seq_len_kv).step_by(block) {
+        let len = block.min(seq_len_kv - kv_start);
+        let k_block = k.clone().narrow(2, kv_start, len); // [batch, n_heads, len, d_head]
+        let v_block = v.clone().narrow(2, kv_start, len); // [batch, n_heads, len, d_value]
+
+        let scores = q_scaled.clone().matmul(k_block.clone().swap_dims(2, 3)); // [batch, n_heads, seq_len_q, len]
+        let p = (plan.mask_and_bias(scores, kv_start) - lse.clone()).exp();
+        dv_blocks.push(p.clone().swap_dims(2, 3).matmul(d_context.clone())); // [batch, n_heads, len, d_value]
+        let dp = d_context.clone().matmul(v_block.swap_dims(2, 3)); // [batch, n_heads, seq_len_q, len]
+        let ds = p * (dp - d_sum.clone());
+        dq = dq + ds.clone().matmul(k_block); // [batch, n_heads, seq_len_q, d_head]
+        dk_blocks.push(ds.swap_dims(2, 3).matmul(q_scaled.clone())); // [batch, n_heads, len, d_head]
+    }
+    let per_kv_head = |blocks: Vec<Tensor<4>>, d: usize| {
+        Tensor::cat(blocks, 2) // [batch, n_heads, seq_len_kv, d]
+            .reshape([batch, n_kv_heads, n_heads / n_kv_heads, seq_len_kv, d])
+            .sum_dim(2) // [batch, n_kv_heads, 1, seq_len_kv, d]
+            .reshape([batch, n_kv_heads, seq_len_kv, d])
+    };
+    [
+        dq.mul_scalar(plan.scale),
+        per_kv_head(dk_blocks, d_head),
+        per_kv_head(dv_blocks, d_value),
+    ]
 }

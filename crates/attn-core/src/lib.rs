@@ -41,6 +41,9 @@
 mod chunked;
 mod error;
 mod explicit;
+// burn-ndarray is deprecated in burn 0.22 and still one of the backends served here.
+#[allow(deprecated)]
+mod flash;
 mod fused;
 mod heads;
 mod mask;
@@ -52,6 +55,7 @@ mod softmax;
 pub use chunked::DEFAULT_BLOCK;
 pub use error::AttentionError;
 pub use explicit::scaled_scores;
+pub use flash::{Biasing, FlashAttentionOps, FlashParams, Masking, flash_serves};
 pub use heads::{merge_heads, repeat_kv_heads, split_heads, try_split_heads};
 pub use mask::{causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_mask_from_lengths};
 pub use native::{

@@ -3,7 +3,7 @@
 use burn::tensor::{Bool, Tensor};
 
 use crate::mask::{causal_block, causal_offset};
-use crate::{AttentionError, AttentionOptions, Strategy, chunked, explicit, fused, native};
+use crate::{AttentionError, AttentionOptions, Strategy, chunked, explicit, flash, fused, native};
 
 /// What attention returns.
 #[derive(Clone, Debug)]
@@ -47,6 +47,10 @@ pub fn try_scaled_dot_product_attention(
                 weights: options.need_weights.then_some(weights),
             }
         }
+        Strategy::Chunked { block } if plan.flash_applies(&q) => AttentionOutput {
+            context: flash::attention(q, k, v, &plan, block).0,
+            weights: None,
+        },
         Strategy::Chunked { block } => AttentionOutput {
             context: chunked::attention(q, k, v, &plan, block),
             weights: None,
@@ -55,6 +59,12 @@ pub fn try_scaled_dot_product_attention(
             context: fused::attention(q, k, v, &plan),
             weights: None,
         },
+        Strategy::Native if plan.flash_applies(&q) && native::native_serves(&q.device()) => {
+            AttentionOutput {
+                context: flash::attention(q, k, v, &plan, chunked::DEFAULT_BLOCK).0,
+                weights: None,
+            }
+        }
         Strategy::Native => AttentionOutput {
             context: native::attention(q, k, v, &plan),
             weights: None,
@@ -210,11 +220,19 @@ impl PreparedAttention {
                 })
             }
             Strategy::Native => {
-                native::check_can_run(q, k, v, options, self)?;
+                let differentiable = self.flash_applies(q) && native::native_serves(&q.device());
+                native::check_can_run(q, k, v, options, self, differentiable)?;
                 Ok(Strategy::Native)
             }
             forced => Ok(forced),
         }
+    }
+
+    /// Whether attention can run as the backend operation [`FlashAttentionOps`]
+    /// (crate::FlashAttentionOps), its own backward included: the backend implements it in this
+    /// build, and no gradient is wanted for the bias (the operation treats it as a constant).
+    fn flash_applies(&self, q: &Tensor<4>) -> bool {
+        flash::flash_serves(&q.device()) && !self.bias.as_ref().is_some_and(Tensor::is_tracked)
     }
 
     /// The combined mask (caller's mask and causal) for keys `kv_start..kv_start + len`,

@@ -24,7 +24,7 @@ mod backward;
 mod exp;
 mod kernel;
 
-use burn::tensor::{Bool, Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::{AttentionError, AttentionOptions, PreparedAttention, Strategy};
 use kernel::{Broadcast, Problem};
@@ -80,7 +80,7 @@ pub fn native_attention(
     options: &AttentionOptions,
 ) -> Result<NativeOutput, AttentionError> {
     let plan = PreparedAttention::new(&q, &k, &v, options)?;
-    check_can_run(&q, &k, &v, options, &plan)?;
+    check_can_run(&q, &k, &v, options, &plan, false)?;
     let (context, lse) = run(q, k, v, &plan, true);
     Ok(NativeOutput {
         context,
@@ -161,23 +161,12 @@ pub fn native_attention_backward(
     let device = q.device();
     let dtype = q.dtype();
     let host = Host::new(q, k, v, &plan);
-    let problem = host.problem(&plan);
-    let context = floats(forward.context.clone());
-    let lse = floats(forward.lse.clone());
-    let d_context = floats(d_context);
-    let mut dq = vec![0.0; batch * n_heads * seq_len_q * d_head];
-    let mut dk = vec![0.0; batch * n_kv_heads * seq_len_kv * d_head];
-    let mut dv = vec![0.0; batch * n_kv_heads * seq_len_kv * d_value];
-    backward::attention_backward(
-        &problem,
-        slice(&context),
-        slice(&lse),
-        slice(&d_context),
-        backward::Gradients {
-            dq: &mut dq,
-            dk: &mut dk,
-            dv: &mut dv,
-        },
+    let [dq, dk, dv] = host.backward(
+        plan.scale as f32,
+        plan.causal_offset,
+        slice(&floats(forward.context.clone())),
+        slice(&floats(forward.lse.clone())),
+        slice(&floats(d_context)),
     );
     let tensor = |data: Vec<f32>, shape: [usize; 4]| {
         Tensor::<4>::from_data(TensorData::new(data, shape), &device).cast(dtype)
@@ -189,19 +178,21 @@ pub fn native_attention_backward(
     })
 }
 
-/// Refuses what the native kernel cannot do: return or drop weights, or be differentiated.
+/// Refuses what the native kernel cannot do: return or drop weights, or be differentiated
+/// where it does not run as a backend operation with its own backward (`differentiable`).
 pub(crate) fn check_can_run(
     q: &Tensor<4>,
     k: &Tensor<4>,
     v: &Tensor<4>,
     options: &AttentionOptions,
     plan: &PreparedAttention,
+    differentiable: bool,
 ) -> Result<(), AttentionError> {
     let what = if options.need_weights {
         "return the attention weights"
     } else if plan.dropout > 0.0 {
         "apply dropout to the weights"
-    } else if q.is_tracked() || k.is_tracked() || v.is_tracked() {
+    } else if !differentiable && (q.is_tracked() || k.is_tracked() || v.is_tracked()) {
         "be recorded by autodiff (native_attention_backward computes its gradients)"
     } else {
         return Ok(());
@@ -235,12 +226,7 @@ fn run(
     let device = q.device();
     let dtype = q.dtype();
     let host = Host::new(q, k, v, plan);
-    let problem = host.problem(plan);
-
-    let mut context = vec![0.0; batch * n_heads * seq_len_q * d_value];
-    let mut lse = want_lse.then(|| vec![0.0; batch * n_heads * seq_len_q]);
-    kernel::attention(&problem, &mut context, lse.as_deref_mut());
-
+    let (context, lse) = host.forward(plan.scale as f32, plan.causal_offset, want_lse);
     let context = Tensor::<4>::from_data(
         TensorData::new(context, [batch, n_heads, seq_len_q, d_value]),
         &device,
@@ -253,8 +239,10 @@ fn run(
     (context, lse)
 }
 
-/// One problem's inputs, copied to host memory as `f32` (booleans for the mask).
-struct Host {
+/// One problem's inputs in host memory as `f32` (booleans for the mask), with their shapes.
+pub(crate) struct Host {
+    /// `q`'s `[batch, n_heads, seq_len_q, d_head]`.
+    q_dims: [usize; 4],
     /// `k`'s `[batch, n_kv_heads, seq_len_kv, d_head]`.
     k_dims: [usize; 4],
     d_value: usize,
@@ -267,22 +255,59 @@ struct Host {
 
 impl Host {
     fn new(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, plan: &PreparedAttention) -> Self {
+        Self::from_data(
+            q.into_data(),
+            k.into_data(),
+            v.into_data(),
+            plan.mask.clone().map(|m| m.into_data()),
+            plan.bias.clone().map(|b| b.into_data()),
+        )
+    }
+
+    /// The inputs read from any backend: floats of any precision become `f32`; the mask and
+    /// the bias keep their own (broadcasting) shapes.
+    pub(crate) fn from_data(
+        q: TensorData,
+        k: TensorData,
+        v: TensorData,
+        mask: Option<TensorData>,
+        bias: Option<TensorData>,
+    ) -> Self {
+        let dims = |data: &TensorData| -> [usize; 4] {
+            data.shape()
+                .as_slice()
+                .try_into()
+                .expect("attention inputs have four dimensions")
+        };
         Self {
-            k_dims: k.dims(),
-            d_value: v.dims()[3],
-            q: floats(q),
-            k: floats(k),
-            v: floats(v),
-            mask: plan.mask.clone().map(|m| (m.dims(), bools(m))),
-            bias: plan.bias.clone().map(|b| (b.dims(), floats(b))),
+            q_dims: dims(&q),
+            k_dims: dims(&k),
+            d_value: dims(&v)[3],
+            q: to_f32(q),
+            k: to_f32(k),
+            v: to_f32(v),
+            mask: mask.map(|m| {
+                let shape = dims(&m);
+                let values = m
+                    .try_cast_as::<bool>()
+                    .and_then(|d| d.try_into_vec::<bool>())
+                    .expect("bool tensors convert to bool");
+                (shape, values)
+            }),
+            bias: bias.map(|b| (dims(&b), to_f32(b))),
         }
     }
 
-    /// The kernel's view of these inputs under `plan`.
-    fn problem(&self, plan: &PreparedAttention) -> Problem<'_> {
-        let [batch, n_heads, seq_len_q, seq_len_kv] = plan.scores_shape;
+    /// `[batch, n_heads, seq_len_q, seq_len_kv]`.
+    pub(crate) fn scores_shape(&self) -> [usize; 4] {
+        let [batch, n_heads, seq_len_q, _] = self.q_dims;
+        [batch, n_heads, seq_len_q, self.k_dims[2]]
+    }
+
+    /// The kernel's view of these inputs.
+    fn problem(&self, scale: f32, causal_offset: Option<i64>) -> Problem<'_> {
+        let [batch, n_heads, seq_len_q, seq_len_kv] = self.scores_shape();
         let [_, n_kv_heads, _, d_head] = self.k_dims;
-        let d_value = self.d_value;
         Problem {
             q: slice(&self.q),
             k: slice(&self.k),
@@ -293,8 +318,8 @@ impl Host {
             seq_len_q,
             seq_len_kv,
             d_head,
-            d_value,
-            scale: plan.scale as f32,
+            d_value: self.d_value,
+            scale,
             mask: self
                 .mask
                 .as_ref()
@@ -303,29 +328,71 @@ impl Host {
                 .bias
                 .as_ref()
                 .map(|(dims, data)| Broadcast::new(slice(data), *dims)),
-            causal_offset: plan.causal_offset,
+            causal_offset,
         }
     }
+
+    /// The context `[batch, n_heads, seq_len_q, d_value]` and, when asked for, each row's
+    /// log-sum-exp `[batch, n_heads, seq_len_q]`, row-major.
+    pub(crate) fn forward(
+        &self,
+        scale: f32,
+        causal_offset: Option<i64>,
+        want_lse: bool,
+    ) -> (Vec<f32>, Option<Vec<f32>>) {
+        let [batch, n_heads, seq_len_q, _] = self.scores_shape();
+        let mut context = vec![0.0; batch * n_heads * seq_len_q * self.d_value];
+        let mut lse = want_lse.then(|| vec![0.0; batch * n_heads * seq_len_q]);
+        kernel::attention(
+            &self.problem(scale, causal_offset),
+            &mut context,
+            lse.as_deref_mut(),
+        );
+        (context, lse)
+    }
+
+    /// `[dq, dk, dv]`, row-major and shaped like `q`, `k` and `v`, from the forward's context
+    /// and log-sum-exp and the gradient of the context.
+    pub(crate) fn backward(
+        &self,
+        scale: f32,
+        causal_offset: Option<i64>,
+        context: &[f32],
+        lse: &[f32],
+        d_context: &[f32],
+    ) -> [Vec<f32>; 3] {
+        let mut dq = vec![0.0; self.q.num_elements()];
+        let mut dk = vec![0.0; self.k.num_elements()];
+        let mut dv = vec![0.0; self.v.num_elements()];
+        backward::attention_backward(
+            &self.problem(scale, causal_offset),
+            context,
+            lse,
+            d_context,
+            backward::Gradients {
+                dq: &mut dq,
+                dk: &mut dk,
+                dv: &mut dv,
+            },
+        );
+        [dq, dk, dv]
+    }
+}
+
+/// Float data as `f32`.
+pub(crate) fn to_f32(data: TensorData) -> TensorData {
+    data.try_cast_as::<f32>()
+        .expect("float tensors convert to f32")
 }
 
 /// A float tensor's values as `f32`, row-major.
 fn floats<const D: usize>(t: Tensor<D>) -> TensorData {
-    t.into_data()
-        .try_cast_as::<f32>()
-        .expect("float tensors convert to f32")
+    to_f32(t.into_data())
 }
 
 /// The `f32` values of data made by [`floats`].
-fn slice(data: &TensorData) -> &[f32] {
+pub(crate) fn slice(data: &TensorData) -> &[f32] {
     data.as_slice::<f32>().expect("floats() made f32 data")
-}
-
-/// A bool tensor's values, row-major.
-fn bools<const D: usize>(t: Tensor<D, Bool>) -> Vec<bool> {
-    t.into_data()
-        .try_cast_as::<bool>()
-        .and_then(|d| d.try_into_vec::<bool>())
-        .expect("bool tensors convert to bool")
 }
 
 #[cfg(test)]
@@ -590,9 +657,19 @@ mod tests {
             &AttentionOptions::new(),
         ));
         assert!(what.contains("gradients"), "{what}");
+        // Through the strategy, the kernel runs as a backend operation with its own backward
+        // (`FlashAttentionOps`), so autodiff records it; a dropout it cannot apply is refused.
         let forced = AttentionOptions::new().with_strategy(Strategy::Native);
+        let out = try_scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &forced)
+            .expect("native is differentiable through its backend operation");
+        assert!(out.context.is_tracked());
         assert!(matches!(
-            try_scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &forced),
+            try_scaled_dot_product_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                &forced.clone().with_dropout(0.5)
+            ),
             Err(AttentionError::StrategyCannot {
                 strategy: "native",
                 ..
