@@ -43,10 +43,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use attn_core::{
-    AttentionOptions, DEFAULT_BLOCK, Strategy, native_attention, native_attention_backward,
-    scaled_dot_product_attention,
-};
+use attn_core::{AttentionOptions, DEFAULT_BLOCK, Strategy, scaled_dot_product_attention};
 use attn_model::{Activation, EncoderBlockConfig, NormPlacement};
 use attn_train::TrainConfig;
 use attn_train::backend;
@@ -582,10 +579,8 @@ fn measure(step: &mut Step, budget: &Budget) -> Result<Vec<f64>> {
 
 /// Builds the inputs of a case and returns one run of it.
 fn prepare(case: &Case, pass: Pass, device: &Device, seq_len: usize) -> Result<Step> {
-    // The native kernel's backward is its own (`native_attention_backward`), not autodiff's.
-    let native = matches!(case.workload, Workload::Attn(Strategy::Native));
     let device = match pass {
-        Pass::ForwardBackward if !native => device.clone().autodiff(),
+        Pass::ForwardBackward => device.clone().autodiff(),
         _ => device.clone(),
     };
     device.seed(SEED);
@@ -600,21 +595,6 @@ fn prepare(case: &Case, pass: Pass, device: &Device, seq_len: usize) -> Result<S
                 Pass::Forward => Box::new(move || {
                     let context = attend(workload, q.clone(), k.clone(), v.clone());
                     finish(&device, context)
-                }),
-                Pass::ForwardBackward if native => Box::new(move || {
-                    let options = AttentionOptions::new();
-                    let forward = native_attention(q.clone(), k.clone(), v.clone(), &options)?;
-                    // The gradient of `context.sum()`.
-                    let ones = forward.context.ones_like();
-                    let grads = native_attention_backward(
-                        q.clone(),
-                        k.clone(),
-                        v.clone(),
-                        &forward,
-                        ones,
-                        &options,
-                    )?;
-                    finish(&device, grads.dq)
                 }),
                 Pass::ForwardBackward => {
                     let (q, k, v) = (q.require_grad(), k.require_grad(), v.require_grad());

@@ -8,6 +8,7 @@
 use pulp::x86::V3;
 use pulp::{f32x8, u32x8};
 
+use super::backward;
 use super::exp::{LOWEST, P, ROUND_MAGIC, exp2, mul_add};
 use super::kernel::{Kernels, MR, NR, Task};
 
@@ -20,6 +21,18 @@ pub(super) struct Avx2(pub V3);
 pub(super) struct Run<'a, 'p>(pub Task<'a, 'p>, pub Avx2);
 
 impl pulp::NullaryFnOnce for Run<'_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        self.0.run(self.1);
+    }
+}
+
+/// A backward [`backward::Task`] to run inside [`V3::vectorize`].
+pub(super) struct RunBackward<'t, 'a, 'p>(pub &'t mut backward::Task<'a, 'p>, pub Avx2);
+
+impl pulp::NullaryFnOnce for RunBackward<'_, '_, '_> {
     type Output = ();
 
     #[inline(always)]

@@ -1,25 +1,28 @@
 //! The backward pass of attention from the forward's log-sum-exp, FlashAttention-2 style:
 //! the weights are recomputed block by block and never stored, so the memory beyond the
-//! gradients themselves is `O(block · (d_head + d_value) + seq_len_q)` per thread.
+//! gradients themselves is `O(block² + seq_len · (d_head + d_value))` per head.
 //!
 //! For one head, with `s_ij = scale · q_i·k_j + bias_ij` (`−∞` where masked) and the forward's
-//! `lse_i = ln Σ_j exp(s_ij)` and output `o_i`:
+//! `lse_i = ln Σ_j exp(s_ij)` and output `o_i`, over blocks `I` of queries and `J` of keys:
 //!
 //! ```text
-//! p_ij  = exp(s_ij − lse_i)              the weight, recomputed
-//! D_i   = do_i · o_i                     = Σ_j p_ij (do_i · v_j)
-//! dv_j += p_ij · do_i
-//! ds_ij = p_ij · (do_i · v_j − D_i)      softmax's derivative
-//! dq_i += scale · ds_ij · k_j
-//! dk_j += scale · ds_ij · q_i
+//! P_IJ  = exp(S_IJ − lse_I)             the weights, recomputed        [BR, BC]
+//! D_i   = do_i · o_i                    = Σ_j p_ij (do_i · v_j)
+//! dP_IJ = dO_I · V_Jᵀ                                                  [BR, BC]
+//! dS_IJ = P_IJ ∘ (dP_IJ − D_I) · scale  softmax's derivative
+//! dV_J += P_IJᵀ · dO_I      dK_J += dS_IJᵀ · Q_I      dQ_I += dS_IJ · K_J
 //! ```
-
-use std::f32::consts::LOG2_E;
+//!
+//! All five products run on the forward's register-blocked micro-kernel
+//! ([`Kernels::accumulate_tile`]), with the operand it streams packed in panels of [`NR`]
+//! columns. `dV_J` and `dK_J` are accumulated transposed (`dV_Jᵀ += dO_Iᵀ · P_IJ`), so the
+//! weights are packed straight from their rows and nothing of size `[BR, BC]` is transposed.
+//! Causal attention skips the blocks above the diagonal. One task per (batch, query head);
+//! heads that share a key/value head add their `dk` and `dv` at the end.
 
 use rayon::prelude::*;
 
-use super::exp::{exp2, mul_add};
-use super::kernel::Problem;
+use super::kernel::{Instructions, Kernels, MR, NR, Portable, Problem, add_scaled, apply_mask};
 
 /// Where a backward pass writes: the gradients of `q`, `k` and `v`, zeroed by the caller.
 ///
@@ -33,14 +36,13 @@ pub(crate) struct Gradients<'a> {
     pub dv: &'a mut [f32],
 }
 
-/// Keys per block: the transposed key and value blocks of one task stay in L1/L2.
-const BLOCK: usize = 64;
+/// Queries per block: a multiple of [`MR`] (rows of the `S`, `dP` and `dQ` products).
+const BR: usize = 16 * MR;
+/// Keys per block: a multiple of [`NR`] (columns of `S` and `dP`) and of [`MR`].
+const BC: usize = 6 * NR;
+const _: () = assert!(BC.is_multiple_of(MR) && BR.is_multiple_of(MR));
 
 /// The gradients of `Σ context ∘ d_context` with respect to `q`, `k` and `v`.
-///
-/// Keys go block by block; each block of `k` and `v` is copied transposed, so that a query's
-/// scores `q_i · k_j` and `do_i · v_j` over the block are sums of contiguous, vectorisable
-/// rows, and every update of `dq`, `dk` and `dv` is a contiguous `y += a · x`.
 ///
 /// # Shapes
 /// - `context`, `d_context`: `[batch, n_heads, seq_len_q, d_value]`
@@ -52,37 +54,57 @@ pub(crate) fn attention_backward(
     d_context: &[f32],
     grads: Gradients<'_>,
 ) {
-    let group = p.n_heads / p.n_kv_heads;
+    backward_with(p, context, lse, d_context, grads, Instructions::Best);
+}
+
+pub(super) fn backward_with(
+    p: &Problem,
+    context: &[f32],
+    lse: &[f32],
+    d_context: &[f32],
+    grads: Gradients<'_>,
+    instructions: Instructions,
+) {
     let (sq, skv, dh, dvl) = (p.seq_len_q, p.seq_len_kv, p.d_head, p.d_value);
+    if grads.dq.is_empty() && grads.dk.is_empty() {
+        return;
+    }
     let inputs = Inputs {
         p,
         context,
         lse,
         d_context,
     };
-    // One task per (batch, key/value head): it owns that head's dk and dv and the dq of the
-    // query heads that share it, so no two tasks write the same value.
-    grads
+    // One task per (batch, query head): it owns that head's rows of dq and returns its share
+    // of dk and dv, summed below over the heads of a group.
+    let shares: Vec<(Vec<f32>, Vec<f32>)> = grads
         .dq
-        .par_chunks_mut(group * sq * dh)
-        .zip(grads.dk.par_chunks_mut(skv * dh))
-        .zip(grads.dv.par_chunks_mut(skv * dvl))
+        .par_chunks_mut(sq * dh)
         .enumerate()
-        .for_each(|(index, ((dq, dk), dv))| {
-            let task = Task {
+        .map(|(head, dq)| {
+            let mut task = Task {
                 inputs: &inputs,
-                index,
+                head,
                 dq,
-                dk,
-                dv,
+                dk: vec![0.0; skv * dh],
+                dv: vec![0.0; skv * dvl],
             };
-            #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-            if let Some(simd) = pulp::x86::V3::try_new() {
-                // Compiled with AVX2 and FMA: the loops below vectorise eight lanes wide.
-                return simd.vectorize(task);
-            }
-            task.run::<false>();
-        });
+            task.dispatch(instructions);
+            (task.dk, task.dv)
+        })
+        .collect();
+    let group = p.n_heads / p.n_kv_heads;
+    for (head, (dk, dv)) in shares.into_iter().enumerate() {
+        let kv_head = head / group; // b · n_kv_heads + kv head
+        add(&mut grads.dk[kv_head * skv * dh..][..skv * dh], &dk);
+        add(&mut grads.dv[kv_head * skv * dvl..][..skv * dvl], &dv);
+    }
+}
+
+fn add(out: &mut [f32], x: &[f32]) {
+    for (o, &x) in out.iter_mut().zip(x) {
+        *o += x;
+    }
 }
 
 /// What every task reads.
@@ -93,149 +115,422 @@ struct Inputs<'a, 'p> {
     d_context: &'a [f32],
 }
 
-/// The gradients of one (batch, key/value head).
-struct Task<'a, 'p> {
+/// The gradients of one (batch, query head).
+pub(super) struct Task<'a, 'p> {
     inputs: &'a Inputs<'a, 'p>,
-    /// `batch · n_kv_heads + kv_head`.
-    index: usize,
-    /// `[group, seq_len_q, d_head]`: the query heads that share this key/value head.
+    /// `b · n_heads + h`.
+    head: usize,
+    /// `[seq_len_q, d_head]`.
     dq: &'a mut [f32],
-    /// `[seq_len_kv, d_head]`.
-    dk: &'a mut [f32],
-    /// `[seq_len_kv, d_value]`.
-    dv: &'a mut [f32],
+    /// This head's share of its key/value head's `dk`, `[seq_len_kv, d_head]`.
+    dk: Vec<f32>,
+    /// This head's share of `dv`, `[seq_len_kv, d_value]`.
+    dv: Vec<f32>,
 }
 
-impl pulp::NullaryFnOnce for Task<'_, '_> {
-    type Output = ();
+/// One head's operands, padded with zeros and laid out for the micro-kernel: row-major
+/// operands with row counts rounded up to [`MR`], streamed operands in panels of [`NR`].
+struct Operands {
+    /// `q`, `[sq_p, d_head]`.
+    q: Vec<f32>,
+    /// `qᵀ`, `[dh_m, sq_p]`.
+    q_t: Vec<f32>,
+    /// `do`, `[sq_p, d_value]`.
+    d_out: Vec<f32>,
+    /// `doᵀ`, `[dv_m, sq_p]`.
+    d_out_t: Vec<f32>,
+    /// `kᵀ` in panels of keys, `[skv_p / NR][d_head][NR]` (for `S = Q·Kᵀ`).
+    k_t_panels: Vec<f32>,
+    /// `vᵀ` in panels of keys, `[skv_p / NR][d_value][NR]` (for `dP = dO·Vᵀ`).
+    v_t_panels: Vec<f32>,
+    /// `k` in panels of `d_head` columns, `[dh_p / NR][skv_p][NR]` (for `dQ += dS·K`).
+    k_panels: Vec<f32>,
+}
 
-    #[inline(always)]
-    fn call(self) {
-        self.run::<true>();
+/// Copies `rows` (`n` rows of `width`) into `[n_p, width]` (zeros past `n`).
+fn padded_rows(rows: &[f32], width: usize, n_p: usize) -> Vec<f32> {
+    let mut out = vec![0.0; n_p * width];
+    out[..rows.len()].copy_from_slice(rows);
+    out
+}
+
+/// `rows` (`n` rows of `width`) transposed into `[width_p, n_p]` (zeros past the edges).
+fn transposed(rows: &[f32], width: usize, width_p: usize, n_p: usize) -> Vec<f32> {
+    let mut out = vec![0.0; width_p * n_p];
+    for (r, row) in rows.chunks_exact(width).enumerate() {
+        for (c, &x) in row.iter().enumerate() {
+            out[c * n_p + r] = x;
+        }
+    }
+    out
+}
+
+/// `rows` (`n` rows of `width`) as `[n_p / NR][width][NR]`: panel `t` holds rows
+/// `t·NR..(t+1)·NR` as columns (zeros past `n`).
+fn row_panels(rows: &[f32], width: usize, n_p: usize) -> Vec<f32> {
+    let mut out = vec![0.0; n_p * width];
+    for (r, row) in rows.chunks_exact(width).enumerate() {
+        let panel = &mut out[(r / NR) * width * NR..];
+        for (c, &x) in row.iter().enumerate() {
+            panel[c * NR + r % NR] = x;
+        }
+    }
+    out
+}
+
+/// `rows` (`n` rows of `width`) as `[width_p / NR][n_p][NR]`: panel `t` holds columns
+/// `t·NR..(t+1)·NR` of every row (zeros past the edges).
+fn column_panels(rows: &[f32], width: usize, width_p: usize, n_p: usize) -> Vec<f32> {
+    let mut out = vec![0.0; width_p * n_p];
+    for (r, row) in rows.chunks_exact(width).enumerate() {
+        for (c, &x) in row.iter().enumerate() {
+            out[((c / NR) * n_p + r) * NR + c % NR] = x;
+        }
+    }
+    out
+}
+
+/// `c[m, n] += a[m, k] · b[k, n]`: `a` row-major with row stride `lda`, `b` in panels of
+/// [`NR`] columns (`panel_stride` floats apart, each `[k][NR]`), `c` row-major with row stride
+/// `ldc`. `m` is a multiple of [`MR`], `n` of [`NR`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn gemm_acc<K: Kernels>(
+    kernels: K,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    panel_stride: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    for panel in 0..n / NR {
+        let b_panel = &b[panel * panel_stride..][..k * NR];
+        for tile in 0..m / MR {
+            kernels.accumulate_tile(
+                &a[tile * MR * lda..],
+                lda,
+                b_panel,
+                &mut c[tile * MR * ldc + panel * NR..],
+                ldc,
+            );
+        }
     }
 }
 
 impl Task<'_, '_> {
-    /// The backward pass of this task's heads; `FMA` where the caller proved the CPU has it.
+    /// Runs the task with AVX2 and FMA where the CPU has them, portable code elsewhere.
+    fn dispatch(&mut self, instructions: Instructions) {
+        match instructions {
+            Instructions::Best =>
+            {
+                #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+                if let Some(simd) = pulp::x86::V3::try_new() {
+                    return simd.vectorize(super::avx2::RunBackward(self, super::avx2::Avx2(simd)));
+                }
+            }
+            Instructions::Portable => {}
+        }
+        self.run(Portable);
+    }
+
+    /// The loop over key blocks and, inside, query blocks.
     #[inline(always)]
-    fn run<const FMA: bool>(self) {
+    pub(super) fn run<K: Kernels>(&mut self, kernels: K) {
         let Inputs {
             p,
             context,
             lse,
             d_context,
         } = *self.inputs;
-        let (dq, dk, dv) = (self.dq, self.dk, self.dv);
-        let group = p.n_heads / p.n_kv_heads;
+        let head = self.head;
+        let (b, h) = (head / p.n_heads, head % p.n_heads);
+        let kv_head = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
         let (sq, skv, dh, dvl) = (p.seq_len_q, p.seq_len_kv, p.d_head, p.d_value);
-        let task = self.index;
-        let (b, kv_head) = (task / p.n_kv_heads, task % p.n_kv_heads);
-        let k = &p.k[task * skv * dh..][..skv * dh];
-        let v = &p.v[task * skv * dvl..][..skv * dvl];
-        let first_head = b * p.n_heads + kv_head * group;
-        // D_i = do_i · o_i for every query row of the task's heads.
-        let d: Vec<f32> = (0..group * sq)
-            .map(|r| {
-                let row = first_head * sq + r;
-                dot(&d_context[row * dvl..][..dvl], &context[row * dvl..][..dvl])
-            })
+        let sq_p = sq.next_multiple_of(MR);
+        let skv_p = skv.next_multiple_of(BC);
+        let (dh_m, dv_m) = (dh.next_multiple_of(MR), dvl.next_multiple_of(MR));
+        let dh_p = dh.next_multiple_of(NR);
+        let to_base_2 = std::f32::consts::LOG2_E;
+
+        let q = &p.q[head * sq * dh..][..sq * dh];
+        let k = &p.k[kv_head * skv * dh..][..skv * dh];
+        let v = &p.v[kv_head * skv * dvl..][..skv * dvl];
+        let d_out = &d_context[head * sq * dvl..][..sq * dvl];
+        let out = &context[head * sq * dvl..][..sq * dvl];
+        let lse = &lse[head * sq..][..sq];
+        let ops = Operands {
+            q: padded_rows(q, dh, sq_p),
+            q_t: transposed(q, dh, dh_m, sq_p),
+            d_out: padded_rows(d_out, dvl, sq_p),
+            d_out_t: transposed(d_out, dvl, dv_m, sq_p),
+            k_t_panels: row_panels(k, dh, skv_p),
+            v_t_panels: row_panels(v, dvl, skv_p),
+            k_panels: column_panels(k, dh, dh_p, skv_p),
+        };
+        // D_i = do_i · o_i; lse in base 2.
+        let d: Vec<f32> = d_out
+            .chunks_exact(dvl)
+            .zip(out.chunks_exact(dvl))
+            .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
             .collect();
-        let mut k_t = vec![0.0; dh * BLOCK]; // [d_head, BLOCK]
-        let mut v_t = vec![0.0; dvl * BLOCK]; // [d_value, BLOCK]
-        let mut weights = [0.0f32; BLOCK];
-        let mut d_scores = [0.0f32; BLOCK];
-        for j0 in (0..skv).step_by(BLOCK) {
-            let n = BLOCK.min(skv - j0);
-            transpose_into(&k[j0 * dh..][..n * dh], dh, &mut k_t);
-            transpose_into(&v[j0 * dvl..][..n * dvl], dvl, &mut v_t);
-            for g in 0..group {
-                let h = kv_head * group + g;
-                for i in 0..sq {
-                    let row = (first_head + g) * sq + i;
-                    let lse_i = lse[row];
-                    if lse_i == f32::NEG_INFINITY {
-                        continue; // every key masked: zero output, zero gradient
-                    }
-                    let q_i = &p.q[row * dh..][..dh];
-                    let do_i = &d_context[row * dvl..][..dvl];
-                    let (weights, d_scores) = (&mut weights[..n], &mut d_scores[..n]);
-                    // q_i · k_j and do_i · v_j for the block's keys.
-                    row_times_block::<FMA>(q_i, &k_t, weights);
-                    row_times_block::<FMA>(do_i, &v_t, d_scores);
-                    // p_ij = exp(s_ij − lse_i) = 2^((s_ij − lse_i) · log2 e); a masked key's
-                    // −∞ gives exactly 0.
-                    for (jj, w) in weights.iter_mut().enumerate() {
-                        let j = j0 + jj;
-                        *w = if is_masked(p, b, h, i, j) {
-                            f32::NEG_INFINITY
-                        } else {
-                            let bias = p.bias.map_or(0.0, |bias| bias.at(b, h, i, j));
-                            (p.scale * *w + bias - lse_i) * LOG2_E
+        let lse_2: Vec<f32> = lse.iter().map(|&l| l * to_base_2).collect();
+
+        let mut dq = vec![0.0; sq_p * dh_p]; // [sq_p, dh_p]
+        let mut dk_t = vec![0.0; dh_m * skv_p]; // [dh_m, skv_p]
+        let mut dv_t = vec![0.0; dv_m * skv_p]; // [dv_m, skv_p]
+        let mut s = vec![0.0; BR * BC]; // S, then P: [BR, BC]
+        let mut dp = vec![0.0; BR * BC]; // dP, then dS: [BR, BC]
+        let mut p_panels = vec![0.0; BC * BR]; // P as [BC / NR][BR][NR]
+        let mut ds_panels = vec![0.0; BC * BR]; // dS as [BC / NR][BR][NR]
+
+        for j0 in (0..skv_p).step_by(BC) {
+            let bc = BC.min(skv_p - j0);
+            let keys = (skv - j0).min(bc); // real keys in the block
+            for i0 in (0..sq_p).step_by(BR) {
+                let br = BR.min(sq_p - i0);
+                // Causal: the block's last query sees keys up to `i0 + br − 1 + offset`.
+                if p.causal_offset
+                    .is_some_and(|offset| j0 as i64 > (i0 + br) as i64 - 1 + offset)
+                {
+                    continue;
+                }
+                // S = Q_I · K_Jᵀ and dP = dO_I · V_Jᵀ: [br, bc].
+                let (s, dp) = (&mut s[..br * BC], &mut dp[..br * BC]);
+                s.fill(0.0);
+                dp.fill(0.0);
+                let a = &ops.q[i0 * dh..];
+                let panels = &ops.k_t_panels[j0 * dh..];
+                gemm_acc(kernels, br, bc, dh, a, dh, panels, dh * NR, s, BC);
+                let a = &ops.d_out[i0 * dvl..];
+                let panels = &ops.v_t_panels[j0 * dvl..];
+                gemm_acc(kernels, br, bc, dvl, a, dvl, panels, dvl * NR, dp, BC);
+
+                for r in 0..br {
+                    let i = i0 + r;
+                    let (s_row, dp_row) = (&mut s[r * BC..][..bc], &mut dp[r * BC..][..bc]);
+                    if i >= sq || lse[i] == f32::NEG_INFINITY {
+                        // Padding, or every key masked: zero output, zero gradient.
+                        s_row.fill(0.0);
+                        dp_row.fill(0.0);
+                    } else {
+                        let visible = match p.causal_offset {
+                            Some(offset) => {
+                                (i as i64 + offset + 1 - j0 as i64).clamp(0, keys as i64) as usize
+                            }
+                            None => keys,
                         };
-                    }
-                    for w in weights.iter_mut() {
-                        *w = exp2::<FMA>(*w);
-                    }
-                    let d_i = d[g * sq + i];
-                    for (ds, &p_ij) in d_scores.iter_mut().zip(weights.iter()) {
-                        *ds = p_ij * (*ds - d_i) * p.scale;
-                    }
-                    let dq_i = &mut dq[(g * sq + i) * dh..][..dh];
-                    for jj in 0..n {
-                        let (p_ij, ds) = (weights[jj], d_scores[jj]);
-                        if p_ij == 0.0 {
-                            continue; // masked, or a weight below f32's range
+                        let (seen, hidden) = s_row.split_at_mut(visible);
+                        for x in seen.iter_mut() {
+                            *x *= p.scale * to_base_2;
                         }
-                        let j = j0 + jj;
-                        axpy::<FMA>(p_ij, do_i, &mut dv[j * dvl..][..dvl]);
-                        axpy::<FMA>(ds, &k[j * dh..][..dh], dq_i);
-                        axpy::<FMA>(ds, q_i, &mut dk[j * dh..][..dh]);
+                        if let Some(bias) = &p.bias {
+                            add_scaled(seen, bias.row(b, h, i, j0, visible), to_base_2);
+                        }
+                        if let Some(mask) = &p.mask {
+                            apply_mask(seen, mask.row(b, h, i, j0, visible));
+                        }
+                        hidden.fill(f32::NEG_INFINITY);
+                        // P = 2^(S·log2 e − lse·log2 e); −∞ gives exactly 0.
+                        kernels.exp2_in_place(s_row, lse_2[i]);
+                        for (ds, &w) in dp_row.iter_mut().zip(s_row.iter()) {
+                            *ds = w * (*ds - d[i]) * p.scale;
+                        }
+                    }
+                    for panel in 0..bc / NR {
+                        let at = (panel * BR + r) * NR;
+                        p_panels[at..][..NR].copy_from_slice(&s_row[panel * NR..][..NR]);
+                        ds_panels[at..][..NR].copy_from_slice(&dp_row[panel * NR..][..NR]);
                     }
                 }
+
+                // dV_Jᵀ += dO_Iᵀ · P and dK_Jᵀ += Q_Iᵀ · dS: [d, bc], k = br.
+                let a = &ops.d_out_t[i0..];
+                let c = &mut dv_t[j0..];
+                gemm_acc(kernels, dv_m, bc, br, a, sq_p, &p_panels, BR * NR, c, skv_p);
+                let a = &ops.q_t[i0..];
+                let c = &mut dk_t[j0..];
+                gemm_acc(
+                    kernels,
+                    dh_m,
+                    bc,
+                    br,
+                    a,
+                    sq_p,
+                    &ds_panels,
+                    BR * NR,
+                    c,
+                    skv_p,
+                );
+                // dQ_I += dS · K_J: [br, dh_p], k = bc.
+                let panels = &ops.k_panels[j0 * NR..];
+                let c = &mut dq[i0 * dh_p..];
+                gemm_acc(kernels, br, dh_p, bc, dp, BC, panels, skv_p * NR, c, dh_p);
+            }
+        }
+
+        for (i, row) in self.dq.chunks_exact_mut(dh).enumerate() {
+            row.copy_from_slice(&dq[i * dh_p..][..dh]);
+        }
+        for j in 0..skv {
+            for c in 0..dh {
+                self.dk[j * dh + c] = dk_t[c * skv_p + j];
+            }
+            for c in 0..dvl {
+                self.dv[j * dvl + c] = dv_t[c * skv_p + j];
             }
         }
     }
 }
 
-/// Copies `rows` (`n` rows of `width`) into `out` as `[width, BLOCK]`, column `r` = row `r`.
-#[inline(always)]
-fn transpose_into(rows: &[f32], width: usize, out: &mut [f32]) {
-    for (r, row) in rows.chunks_exact(width).enumerate() {
-        for (c, &x) in row.iter().enumerate() {
-            out[c * BLOCK + r] = x;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::kernel::Broadcast;
+    use attn_testing::SeededRng;
+
+    /// The gradients by the definition, one weight at a time, in `f64`.
+    fn reference(p: &Problem, context: &[f32], d_out: &[f32]) -> [Vec<f64>; 3] {
+        let (sq, skv, dh, dvl) = (p.seq_len_q, p.seq_len_kv, p.d_head, p.d_value);
+        let group = p.n_heads / p.n_kv_heads;
+        let mut dq = vec![0.0; p.batch * p.n_heads * sq * dh];
+        let mut dk = vec![0.0; p.batch * p.n_kv_heads * skv * dh];
+        let mut dv = vec![0.0; p.batch * p.n_kv_heads * skv * dvl];
+        for b in 0..p.batch {
+            for h in 0..p.n_heads {
+                let head = b * p.n_heads + h;
+                let kvh = b * p.n_kv_heads + h / group;
+                for i in 0..sq {
+                    let score = |j: usize| -> Option<f64> {
+                        let causal = p.causal_offset.is_some_and(|o| j as i64 > i as i64 + o);
+                        if causal || p.mask.is_some_and(|m| m.at(b, h, i, j)) {
+                            return None;
+                        }
+                        let dot: f64 = (0..dh)
+                            .map(|c| {
+                                f64::from(p.q[(head * sq + i) * dh + c])
+                                    * f64::from(p.k[(kvh * skv + j) * dh + c])
+                            })
+                            .sum();
+                        Some(
+                            dot * f64::from(p.scale)
+                                + p.bias.map_or(0.0, |x| f64::from(x.at(b, h, i, j))),
+                        )
+                    };
+                    let scores: Vec<Option<f64>> = (0..skv).map(score).collect();
+                    let max = scores
+                        .iter()
+                        .flatten()
+                        .fold(f64::NEG_INFINITY, |a, &x| a.max(x));
+                    if max == f64::NEG_INFINITY {
+                        continue;
+                    }
+                    let total: f64 = scores.iter().flatten().map(|s| (s - max).exp()).sum();
+                    let row = (head * sq + i) * dvl;
+                    let d_i: f64 = (0..dvl)
+                        .map(|c| f64::from(d_out[row + c]) * f64::from(context[row + c]))
+                        .sum();
+                    for (j, s) in scores.iter().enumerate() {
+                        let Some(s) = s else { continue };
+                        let w = (s - max).exp() / total;
+                        let dp: f64 = (0..dvl)
+                            .map(|c| {
+                                f64::from(d_out[row + c])
+                                    * f64::from(p.v[(kvh * skv + j) * dvl + c])
+                            })
+                            .sum();
+                        let ds = w * (dp - d_i) * f64::from(p.scale);
+                        for c in 0..dvl {
+                            dv[(kvh * skv + j) * dvl + c] += w * f64::from(d_out[row + c]);
+                        }
+                        for c in 0..dh {
+                            dq[(head * sq + i) * dh + c] +=
+                                ds * f64::from(p.k[(kvh * skv + j) * dh + c]);
+                            dk[(kvh * skv + j) * dh + c] +=
+                                ds * f64::from(p.q[(head * sq + i) * dh + c]);
+                        }
+                    }
+                }
+            }
         }
+        [dq, dk, dv]
     }
-}
 
-/// `out[jj] = Σ_c x[c] · block_t[c, jj]`: one row against a transposed block, written as
-/// contiguous `y += a · x` updates so that the compiler vectorises them.
-#[inline(always)]
-fn row_times_block<const FMA: bool>(x: &[f32], block_t: &[f32], out: &mut [f32]) {
-    out.fill(0.0);
-    let n = out.len();
-    for (c, &a) in x.iter().enumerate() {
-        axpy::<FMA>(a, &block_t[c * BLOCK..][..n], out);
-    }
-}
-
-/// Whether key `j` is hidden from query `i` of head `h`, by the mask or by causality.
-#[inline(always)]
-fn is_masked(p: &Problem, b: usize, h: usize, i: usize, j: usize) -> bool {
-    let causal = p
-        .causal_offset
-        .is_some_and(|offset| j as i64 > i as i64 + offset);
-    causal || p.mask.is_some_and(|mask| mask.at(b, h, i, j))
-}
-
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// `y += a · x`.
-#[inline(always)]
-fn axpy<const FMA: bool>(a: f32, x: &[f32], y: &mut [f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y = mul_add::<FMA>(a, *x, *y);
+    #[test]
+    fn both_instruction_sets_match_the_definition_across_block_edges() {
+        let mut rng = SeededRng::new(23);
+        let values =
+            |rng: &mut SeededRng, n: usize| -> Vec<f32> { (0..n).map(|_| rng.unit()).collect() };
+        // Lengths on and off the block edges (BR = 96 queries, BC = 96 keys), odd head sizes,
+        // grouped heads, a mask, a bias and both causal offsets.
+        for (trial, &(sq, skv, dh, dvl)) in [
+            (5, 7, 3, 5),
+            (97, 100, 17, 9),
+            (96, 192, 16, 16),
+            (130, 97, 8, 20),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let (batch, n_kv_heads, group) = (1, 2, 1 + trial % 2);
+            let n_heads = n_kv_heads * group;
+            let q = values(&mut rng, batch * n_heads * sq * dh);
+            let k = values(&mut rng, batch * n_kv_heads * skv * dh);
+            let v = values(&mut rng, batch * n_kv_heads * skv * dvl);
+            let mask: Vec<bool> = (0..sq * skv).map(|_| rng.unit() > 0.8).collect();
+            let bias = values(&mut rng, n_heads * sq * skv);
+            let causal_offset = match trial % 3 {
+                0 => None,
+                1 => Some(0),
+                _ => Some(skv as i64 - sq as i64),
+            };
+            let p = Problem {
+                q: &q,
+                k: &k,
+                v: &v,
+                batch,
+                n_heads,
+                n_kv_heads,
+                seq_len_q: sq,
+                seq_len_kv: skv,
+                d_head: dh,
+                d_value: dvl,
+                scale: 0.4,
+                mask: Some(Broadcast::new(&mask, [1, 1, sq, skv])),
+                bias: Some(Broadcast::new(&bias, [1, n_heads, sq, skv])),
+                causal_offset,
+            };
+            let mut context = vec![0.0; batch * n_heads * sq * dvl];
+            let mut lse = vec![0.0; batch * n_heads * sq];
+            super::super::kernel::attention(&p, &mut context, Some(&mut lse));
+            let d_out = values(&mut rng, context.len());
+            let expected = reference(&p, &context, &d_out);
+            for instructions in [Instructions::Best, Instructions::Portable] {
+                let mut dq = vec![0.0; q.len()];
+                let mut dk = vec![0.0; k.len()];
+                let mut dv = vec![0.0; v.len()];
+                let grads = Gradients {
+                    dq: &mut dq,
+                    dk: &mut dk,
+                    dv: &mut dv,
+                };
+                backward_with(&p, &context, &lse, &d_out, grads, instructions);
+                for (name, got, want) in [
+                    ("dq", &dq, &expected[0]),
+                    ("dk", &dk, &expected[1]),
+                    ("dv", &dv, &expected[2]),
+                ] {
+                    for (x, (&g, &w)) in got.iter().zip(want).enumerate() {
+                        assert!(
+                            (f64::from(g) - w).abs() <= 1e-4 + 1e-3 * w.abs(),
+                            "trial {trial} {instructions:?} {name}[{x}]: {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -70,7 +70,8 @@ impl<'a, T: Copy> Broadcast<'a, T> {
         Self { data, strides }
     }
 
-    /// Element `[b, h, i, j]`.
+    /// Element `[b, h, i, j]` (the tests' reference reads one value at a time).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn at(&self, b: usize, h: usize, i: usize, j: usize) -> T {
         let [sb, sh, si, sj] = self.strides;
         self.data[b * sb + h * sh + i * si + j * sj]
@@ -78,7 +79,7 @@ impl<'a, T: Copy> Broadcast<'a, T> {
 
     /// Keys `j0..j0 + len` of row `[b, h, i]`: a slice, or one value when the key axis is
     /// broadcast.
-    fn row(&self, b: usize, h: usize, i: usize, j0: usize, len: usize) -> Row<'a, T> {
+    pub(super) fn row(&self, b: usize, h: usize, i: usize, j0: usize, len: usize) -> Row<'a, T> {
         let [sb, sh, si, sj] = self.strides;
         let start = b * sb + h * sh + i * si + j0 * sj;
         if sj == 0 {
@@ -90,7 +91,7 @@ impl<'a, T: Copy> Broadcast<'a, T> {
 }
 
 /// One row of a [`Broadcast`] over a block of keys.
-enum Row<'a, T> {
+pub(super) enum Row<'a, T> {
     /// One value per key.
     Keys(&'a [T]),
     /// The same value for every key.
@@ -134,7 +135,7 @@ pub(crate) fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut
 
 /// Which [`Kernels`] the tasks use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Instructions {
+pub(super) enum Instructions {
     /// AVX2 + FMA where the CPU has them, [`Portable`] elsewhere.
     Best,
     /// [`Portable`] everywhere (so that tests cover it on every machine).
@@ -465,7 +466,7 @@ fn pack_queries(packed: &mut [f32], rows: &[f32], d_head: usize, scale: f32) {
 
 /// `row += scale · bias` over the visible keys.
 #[inline(always)]
-fn add_scaled(row: &mut [f32], bias: Row<'_, f32>, scale: f32) {
+pub(super) fn add_scaled(row: &mut [f32], bias: Row<'_, f32>, scale: f32) {
     match bias {
         Row::Keys(bias) => {
             for (x, &b) in row.iter_mut().zip(bias) {
@@ -483,7 +484,7 @@ fn add_scaled(row: &mut [f32], bias: Row<'_, f32>, scale: f32) {
 
 /// `row = −∞` where the mask is set.
 #[inline(always)]
-fn apply_mask(row: &mut [f32], mask: Row<'_, bool>) {
+pub(super) fn apply_mask(row: &mut [f32], mask: Row<'_, bool>) {
     match mask {
         Row::Keys(mask) => {
             for (x, &masked) in row.iter_mut().zip(mask) {
