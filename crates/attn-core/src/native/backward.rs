@@ -22,7 +22,9 @@
 
 use rayon::prelude::*;
 
-use super::kernel::{Instructions, Kernels, MR, NR, Portable, Problem, add_scaled, apply_mask};
+use super::kernel::{
+    Gemm, Instructions, Kernels, MR, NR, Portable, Problem, add_scaled, apply_mask,
+};
 
 /// Where a backward pass writes: the gradients of `q`, `k` and `v`, zeroed by the caller.
 ///
@@ -133,11 +135,11 @@ pub(super) struct Task<'a, 'p> {
 struct Operands {
     /// `q`, `[sq_p, d_head]`.
     q: Vec<f32>,
-    /// `qᵀ`, `[dh_m, sq_p]`.
+    /// `qᵀ` by blocks of queries, `[n_query_blocks][dh_m][BR]`.
     q_t: Vec<f32>,
     /// `do`, `[sq_p, d_value]`.
     d_out: Vec<f32>,
-    /// `doᵀ`, `[dv_m, sq_p]`.
+    /// `doᵀ` by blocks of queries, `[n_query_blocks][dv_m][BR]`.
     d_out_t: Vec<f32>,
     /// `kᵀ` in panels of keys, `[skv_p / NR][d_head][NR]` (for `S = Q·Kᵀ`).
     k_t_panels: Vec<f32>,
@@ -154,12 +156,19 @@ fn padded_rows(rows: &[f32], width: usize, n_p: usize) -> Vec<f32> {
     out
 }
 
-/// `rows` (`n` rows of `width`) transposed into `[width_p, n_p]` (zeros past the edges).
-fn transposed(rows: &[f32], width: usize, width_p: usize, n_p: usize) -> Vec<f32> {
-    let mut out = vec![0.0; width_p * n_p];
+/// `rows` (`n` rows of `width`) transposed block by block: `[n_blocks][width_p][block]`,
+/// block `t` holding rows `t·block..(t+1)·block` as columns (zeros past the edges).
+///
+/// Short row strides keep the micro-kernel's six rows of `a` and of `c` off the same cache
+/// sets: a stride of `seq_len` floats, a power of two in the usual cases, would map them all
+/// to one set of L1.
+fn transposed_blocks(rows: &[f32], width: usize, width_p: usize, block: usize) -> Vec<f32> {
+    let n_blocks = (rows.len() / width.max(1)).div_ceil(block);
+    let mut out = vec![0.0; n_blocks * width_p * block];
     for (r, row) in rows.chunks_exact(width).enumerate() {
+        let tile = &mut out[(r / block) * width_p * block..];
         for (c, &x) in row.iter().enumerate() {
-            out[c * n_p + r] = x;
+            tile[c * block + r % block] = x;
         }
     }
     out
@@ -190,9 +199,7 @@ fn column_panels(rows: &[f32], width: usize, width_p: usize, n_p: usize) -> Vec<
     out
 }
 
-/// `c[m, n] += a[m, k] · b[k, n]`: `a` row-major with row stride `lda`, `b` in panels of
-/// [`NR`] columns (`panel_stride` floats apart, each `[k][NR]`), `c` row-major with row stride
-/// `ldc`. `m` is a multiple of [`MR`], `n` of [`NR`].
+/// `c[m, n] += a[m, k] · b[k, n]` (see [`Gemm`]).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn gemm_acc<K: Kernels>(
@@ -207,18 +214,17 @@ fn gemm_acc<K: Kernels>(
     c: &mut [f32],
     ldc: usize,
 ) {
-    for panel in 0..n / NR {
-        let b_panel = &b[panel * panel_stride..][..k * NR];
-        for tile in 0..m / MR {
-            kernels.accumulate_tile(
-                &a[tile * MR * lda..],
-                lda,
-                b_panel,
-                &mut c[tile * MR * ldc + panel * NR..],
-                ldc,
-            );
-        }
-    }
+    kernels.gemm(Gemm {
+        m,
+        n,
+        k,
+        a,
+        lda,
+        b,
+        panel_stride,
+        c,
+        ldc,
+    });
 }
 
 impl Task<'_, '_> {
@@ -264,9 +270,9 @@ impl Task<'_, '_> {
         let lse = &lse[head * sq..][..sq];
         let ops = Operands {
             q: padded_rows(q, dh, sq_p),
-            q_t: transposed(q, dh, dh_m, sq_p),
+            q_t: transposed_blocks(q, dh, dh_m, BR),
             d_out: padded_rows(d_out, dvl, sq_p),
-            d_out_t: transposed(d_out, dvl, dv_m, sq_p),
+            d_out_t: transposed_blocks(d_out, dvl, dv_m, BR),
             k_t_panels: row_panels(k, dh, skv_p),
             v_t_panels: row_panels(v, dvl, skv_p),
             k_panels: column_panels(k, dh, dh_p, skv_p),
@@ -280,8 +286,8 @@ impl Task<'_, '_> {
         let lse_2: Vec<f32> = lse.iter().map(|&l| l * to_base_2).collect();
 
         let mut dq = vec![0.0; sq_p * dh_p]; // [sq_p, dh_p]
-        let mut dk_t = vec![0.0; dh_m * skv_p]; // [dh_m, skv_p]
-        let mut dv_t = vec![0.0; dv_m * skv_p]; // [dv_m, skv_p]
+        let mut dk_t = vec![0.0; dh_m * skv_p]; // [skv_p / BC][dh_m][BC]
+        let mut dv_t = vec![0.0; dv_m * skv_p]; // [skv_p / BC][dv_m][BC]
         let mut s = vec![0.0; BR * BC]; // S, then P: [BR, BC]
         let mut dp = vec![0.0; BR * BC]; // dP, then dS: [BR, BC]
         let mut p_panels = vec![0.0; BC * BR]; // P as [BC / NR][BR][NR]
@@ -348,23 +354,12 @@ impl Task<'_, '_> {
                 }
 
                 // dV_Jᵀ += dO_Iᵀ · P and dK_Jᵀ += Q_Iᵀ · dS: [d, bc], k = br.
-                let a = &ops.d_out_t[i0..];
-                let c = &mut dv_t[j0..];
-                gemm_acc(kernels, dv_m, bc, br, a, sq_p, &p_panels, BR * NR, c, skv_p);
-                let a = &ops.q_t[i0..];
-                let c = &mut dk_t[j0..];
-                gemm_acc(
-                    kernels,
-                    dh_m,
-                    bc,
-                    br,
-                    a,
-                    sq_p,
-                    &ds_panels,
-                    BR * NR,
-                    c,
-                    skv_p,
-                );
+                let a = &ops.d_out_t[i0 * dv_m..];
+                let c = &mut dv_t[j0 * dv_m..];
+                gemm_acc(kernels, dv_m, bc, br, a, BR, &p_panels, BR * NR, c, BC);
+                let a = &ops.q_t[i0 * dh_m..];
+                let c = &mut dk_t[j0 * dh_m..];
+                gemm_acc(kernels, dh_m, bc, br, a, BR, &ds_panels, BR * NR, c, BC);
                 // dQ_I += dS · K_J: [br, dh_p], k = bc.
                 let panels = &ops.k_panels[j0 * NR..];
                 let c = &mut dq[i0 * dh_p..];
@@ -376,11 +371,12 @@ impl Task<'_, '_> {
             row.copy_from_slice(&dq[i * dh_p..][..dh]);
         }
         for j in 0..skv {
+            let (tile, col) = (j / BC * BC, j % BC);
             for c in 0..dh {
-                self.dk[j * dh + c] = dk_t[c * skv_p + j];
+                self.dk[j * dh + c] = dk_t[tile * dh_m + c * BC + col];
             }
             for c in 0..dvl {
-                self.dv[j * dvl + c] = dv_t[c * skv_p + j];
+                self.dv[j * dvl + c] = dv_t[tile * dv_m + c * BC + col];
             }
         }
     }

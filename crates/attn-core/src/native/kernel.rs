@@ -520,6 +520,58 @@ pub(super) trait Kernels: Copy {
 
     /// `row = 2^(row − max)`, returning the sum of the new values.
     fn exp2_in_place(self, row: &mut [f32], max: f32) -> f32;
+
+    /// `c += a · b` over whole tiles: see [`Gemm`]. An implementation may compile it as a
+    /// function of its own.
+    #[inline(always)]
+    fn gemm(self, product: Gemm<'_>) {
+        product.run(self);
+    }
+}
+
+/// `c[m, n] += a[m, k] · b[k, n]`, a product of the backward pass: `a` row-major with row
+/// stride `lda`, `b` in panels of [`NR`] columns (`panel_stride` floats apart, each
+/// `[k][NR]`), `c` row-major with row stride `ldc`; `m` a multiple of [`MR`], `n` of [`NR`].
+pub(super) struct Gemm<'a> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: &'a [f32],
+    pub lda: usize,
+    pub b: &'a [f32],
+    pub panel_stride: usize,
+    pub c: &'a mut [f32],
+    pub ldc: usize,
+}
+
+impl Gemm<'_> {
+    /// One [`Kernels::accumulate_tile`] per `[MR, NR]` tile of `c`, panel by panel of `b`.
+    #[inline(always)]
+    pub(super) fn run<K: Kernels>(self, kernels: K) {
+        let Gemm {
+            m,
+            n,
+            k,
+            a,
+            lda,
+            b,
+            panel_stride,
+            c,
+            ldc,
+        } = self;
+        for panel in 0..n / NR {
+            let b_panel = &b[panel * panel_stride..][..k * NR];
+            for tile in 0..m / MR {
+                kernels.accumulate_tile(
+                    &a[tile * MR * lda..],
+                    lda,
+                    b_panel,
+                    &mut c[tile * MR * ldc + panel * NR..],
+                    ldc,
+                );
+            }
+        }
+    }
 }
 
 /// Plain Rust that LLVM vectorises as well as it can for the target it compiles for: the
