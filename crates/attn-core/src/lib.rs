@@ -63,7 +63,7 @@ pub use native::{
 };
 pub use options::{AttentionOptions, CausalAlignment, Strategy};
 pub use sdpa::{
-    AttentionOutput, PreparedAttention, scaled_dot_product_attention,
+    AttentionOutput, NATIVE_TRAINING_MIN_KEYS, PreparedAttention, scaled_dot_product_attention,
     try_scaled_dot_product_attention,
 };
 pub use softmax::safe_softmax;

@@ -21,8 +21,11 @@ pub enum Strategy {
     /// Chooses for you:
     /// - [`Strategy::Explicit`] when the weights are asked for or dropout is active
     ///   (both need the weight matrix);
-    /// - [`Strategy::Explicit`] when gradients flow (an autodiff graph is recording):
-    ///   it is the fastest differentiable path at the lengths that fit in memory;
+    /// - when gradients flow (an autodiff graph is recording): [`Strategy::Native`] on flex
+    ///   and ndarray from [`NATIVE_TRAINING_MIN_KEYS`](crate::NATIVE_TRAINING_MIN_KEYS) keys on
+    ///   (the native kernel and its own backward, memory linear in the length), and
+    ///   [`Strategy::Explicit`] otherwise, the fastest differentiable path for short
+    ///   sequences;
     /// - [`Strategy::Native`] otherwise (inference) on devices whose tensors live in host
     ///   memory (flex, ndarray: see [`native_serves`](crate::native_serves));
     /// - [`Strategy::Fused`] otherwise (inference elsewhere), burn's backend kernel.
@@ -30,8 +33,14 @@ pub enum Strategy {
     Auto,
     /// Materialise scores and weights, following the equation step by step.
     Explicit,
-    /// Online softmax over blocks of `block` keys: memory `O(seq_len_q × block)` per head
-    /// in the forward pass, differentiable on every backend. No weights, no dropout.
+    /// Online softmax over blocks of `block` keys: memory `O(seq_len_q × block)` per head,
+    /// in the forward pass and, through [`FlashAttentionOps`](crate::FlashAttentionOps), in
+    /// the backward pass too (FlashAttention-2: each block of weights is recomputed from the
+    /// forward's log-sum-exp). Where that operation serves the backend (see
+    /// [`flash_serves`](crate::flash_serves)) it runs as one backend operation (the native
+    /// kernel on flex and ndarray, block-by-block tensor operations on the CubeCL backends);
+    /// elsewhere, or when the bias needs a gradient, as tensor operations that burn's autodiff
+    /// records block by block. No weights, no dropout.
     Chunked {
         /// Keys per block.
         block: usize,
@@ -40,9 +49,11 @@ pub enum Strategy {
     /// decomposed fallback). No weights, no dropout.
     Fused,
     /// This crate's blocked CPU kernel (see [`native_attention`](crate::native_attention)):
-    /// inputs copied to host memory, online softmax over key blocks on register-blocked
-    /// micro-kernels, rayon over batch, heads and query blocks. Runs on any device, fast where
-    /// [`native_serves`](crate::native_serves). No weights, no dropout, no gradients.
+    /// online softmax over key blocks on register-blocked micro-kernels, rayon over batch,
+    /// heads and query blocks. On flex and ndarray it runs as
+    /// [`FlashAttentionOps`](crate::FlashAttentionOps), so it is differentiable through its
+    /// own FlashAttention-2 backward; on other devices its inputs take a round trip through
+    /// host memory and it cannot be differentiated. No weights, no dropout.
     Native,
 }
 

@@ -680,4 +680,51 @@ mod tests {
             .expect("auto falls back");
         assert!(out.context.is_tracked());
     }
+
+    #[test]
+    fn auto_trains_through_the_native_backward_from_the_threshold_on() {
+        for_each_device(|d| {
+            let mut rng = SeededRng::new(8);
+            let autodiff = d.device.clone().autodiff();
+            for seq_len_kv in [
+                crate::NATIVE_TRAINING_MIN_KEYS - 1,
+                crate::NATIVE_TRAINING_MIN_KEYS,
+            ] {
+                let q = rng.tensor([1, 2, 5, 8], &d.device);
+                let k = rng.tensor([1, 2, seq_len_kv, 8], &d.device);
+                let v = rng.tensor([1, 2, seq_len_kv, 4], &d.device);
+                let grads = |strategy| {
+                    let on = |t: &Tensor<4>| {
+                        Tensor::<4>::from_data(t.to_data(), &autodiff).require_grad()
+                    };
+                    let (qa, ka, va) = (on(&q), on(&k), on(&v));
+                    let options = AttentionOptions::new()
+                        .with_causal(CausalAlignment::BottomRight)
+                        .with_strategy(strategy);
+                    let out = try_scaled_dot_product_attention(
+                        qa.clone(),
+                        ka.clone(),
+                        va.clone(),
+                        &options,
+                    )
+                    .expect("valid problem")
+                    .context;
+                    let grads = out.sum().backward();
+                    [&qa, &ka, &va].map(|t| {
+                        Tensor::<4>::from_data(
+                            t.grad(&grads).expect("in the graph").to_data(),
+                            &d.device,
+                        )
+                    })
+                };
+                let what = format!("{} with {seq_len_kv} keys", d.name);
+                for (auto, explicit) in grads(Strategy::Auto)
+                    .into_iter()
+                    .zip(grads(Strategy::Explicit))
+                {
+                    assert_tensors_close(auto, explicit, ATOL, RTOL, &what);
+                }
+            }
+        });
+    }
 }
