@@ -95,7 +95,8 @@ impl<B: Backend> Biasing<B> {
     }
 }
 
-/// Attention forward and backward as backend operations (see the [module](self) docs).
+/// Attention forward and backward as backend operations: FlashAttention-2, with the
+/// weights recomputed in the backward pass from the log-sum-exp the forward returns.
 ///
 /// Shapes: `q` `[batch, n_heads, seq_len_q, d_head]`; `k` `[batch, n_kv_heads, seq_len_kv,
 /// d_head]` and `v` `[batch, n_kv_heads, seq_len_kv, d_value]` with `n_kv_heads` dividing
