@@ -228,17 +228,20 @@ fn gemm_acc<K: Kernels>(
 }
 
 impl Task<'_, '_> {
-    /// Runs the task with AVX2 and FMA where the CPU has them, portable code elsewhere.
+    /// Runs the task with the widest vectors `instructions` allows and the CPU has.
     fn dispatch(&mut self, instructions: Instructions) {
-        match instructions {
-            Instructions::Best =>
-            {
-                #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-                if let Some(simd) = pulp::x86::V3::try_new() {
-                    return simd.vectorize(super::avx2::RunBackward(self, super::avx2::Avx2(simd)));
-                }
-            }
-            Instructions::Portable => {}
+        #[cfg(target_arch = "x86_64")]
+        if instructions == Instructions::Best
+            && let Some(simd) = pulp::x86::V4::try_new()
+        {
+            let kernels = super::avx512::Avx512(simd);
+            return simd.vectorize(super::avx512::RunBackward(self, kernels));
+        }
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        if instructions != Instructions::Portable
+            && let Some(simd) = pulp::x86::V3::try_new()
+        {
+            return simd.vectorize(super::avx2::RunBackward(self, super::avx2::Avx2(simd)));
         }
         self.run(Portable);
     }
@@ -504,7 +507,11 @@ mod tests {
             super::super::kernel::attention(&p, &mut context, Some(&mut lse));
             let d_out = values(&mut rng, context.len());
             let expected = reference(&p, &context, &d_out);
-            for instructions in [Instructions::Best, Instructions::Portable] {
+            for instructions in [
+                Instructions::Best,
+                Instructions::Avx2,
+                Instructions::Portable,
+            ] {
                 let mut dq = vec![0.0; q.len()];
                 let mut dk = vec![0.0; k.len()];
                 let mut dv = vec![0.0; v.len()];

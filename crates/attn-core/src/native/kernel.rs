@@ -136,8 +136,12 @@ pub(crate) fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut
 /// Which [`Kernels`] the tasks use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Instructions {
-    /// AVX2 + FMA where the CPU has them, [`Portable`] elsewhere.
+    /// AVX-512 where the CPU has it, else AVX2 + FMA, else [`Portable`].
     Best,
+    /// AVX2 + FMA where the CPU has them, else [`Portable`] (so that tests cover the AVX2
+    /// loops on machines with AVX-512 too).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Avx2,
     /// [`Portable`] everywhere (so that tests cover it on every machine).
     #[cfg_attr(not(test), allow(dead_code))]
     Portable,
@@ -316,17 +320,19 @@ pub(super) struct Task<'a, 'p> {
 }
 
 impl Task<'_, '_> {
-    /// Runs the task with AVX2 and FMA where the CPU has them, portable code elsewhere.
+    /// Runs the task with the widest vectors `instructions` allows and the CPU has.
     fn dispatch(self, instructions: Instructions) {
-        match instructions {
-            Instructions::Best =>
-            {
-                #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-                if let Some(simd) = pulp::x86::V3::try_new() {
-                    return simd.vectorize(super::avx2::Run(self, super::avx2::Avx2(simd)));
-                }
-            }
-            Instructions::Portable => {}
+        #[cfg(target_arch = "x86_64")]
+        if instructions == Instructions::Best
+            && let Some(simd) = pulp::x86::V4::try_new()
+        {
+            return simd.vectorize(super::avx512::Run(self, super::avx512::Avx512(simd)));
+        }
+        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+        if instructions != Instructions::Portable
+            && let Some(simd) = pulp::x86::V3::try_new()
+        {
+            return simd.vectorize(super::avx2::Run(self, super::avx2::Avx2(simd)));
         }
         self.run(Portable);
     }
@@ -772,7 +778,11 @@ mod tests {
                 },
             };
             let (want_context, want_lse) = reference(&problem);
-            for instructions in [Instructions::Best, Instructions::Portable] {
+            for instructions in [
+                Instructions::Best,
+                Instructions::Avx2,
+                Instructions::Portable,
+            ] {
                 let mut context = vec![f32::NAN; want_context.len()];
                 let mut lse = vec![f32::NAN; want_lse.len()];
                 run_tasks(&problem, &mut context, Some(&mut lse), instructions);

@@ -20,6 +20,8 @@
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod backward;
 mod exp;
 mod kernel;

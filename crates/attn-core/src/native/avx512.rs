@@ -1,0 +1,208 @@
+//! The kernel's inner loops with 16-wide AVX-512 vectors (through [`pulp`]'s safe wrappers),
+//! for CPUs that have AVX-512F (with BW, CD, DQ and VL: pulp's `V4` level).
+//!
+//! The `[MR, NR] = [6, 16]` register block is one 16-wide vector per row, so a step of the
+//! micro-kernel is one load of `b` and six fused multiply-adds. Six dependent chains would
+//! leave the FMA units waiting on their four-cycle latency, so the products keep two sets of
+//! accumulators, for even and odd steps, and add them at the end: twelve independent chains,
+//! as in the AVX2 block.
+
+use pulp::x86::V4;
+use pulp::{f32x16, u32x16};
+
+use super::backward;
+use super::exp::{LOWEST, P, ROUND_MAGIC, exp2, mul_add};
+use super::kernel::{Gemm, Kernels, MR, NR, Task};
+
+/// The AVX-512 instruction set, proven present by [`V4::try_new`].
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Avx512(pub V4);
+
+/// A forward [`Task`] to run inside [`V4::vectorize`], which compiles everything it inlines
+/// with AVX-512 enabled.
+pub(super) struct Run<'a, 'p>(pub Task<'a, 'p>, pub Avx512);
+
+impl pulp::NullaryFnOnce for Run<'_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        self.0.run(self.1);
+    }
+}
+
+/// A backward [`backward::Task`] to run inside [`V4::vectorize`].
+pub(super) struct RunBackward<'t, 'a, 'p>(pub &'t mut backward::Task<'a, 'p>, pub Avx512);
+
+impl pulp::NullaryFnOnce for RunBackward<'_, '_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        self.0.run(self.1);
+    }
+}
+
+/// One [`Gemm`] as its own AVX-512 function (see `avx2::RunGemm`).
+struct RunGemm<'a>(Gemm<'a>, Avx512);
+
+impl pulp::NullaryFnOnce for RunGemm<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        self.0.run(self.1);
+    }
+}
+
+/// Sixteen values from the front of `values`.
+#[inline(always)]
+fn load(values: &[f32]) -> f32x16 {
+    let lanes: [f32; 16] = values[..16].try_into().expect("sixteen values");
+    pulp::cast(lanes)
+}
+
+/// Writes sixteen values to the front of `out`.
+#[inline(always)]
+fn store(out: &mut [f32], x: f32x16) {
+    let lanes: [f32; 16] = pulp::cast(x);
+    out[..16].copy_from_slice(&lanes);
+}
+
+impl Avx512 {
+    /// `2^x` on sixteen lanes: [`exp2`] line for line.
+    #[inline(always)]
+    fn exp2_x16(self, x: f32x16) -> f32x16 {
+        let s = self.0;
+        let x = s.max_f32x16(x, s.splat_f32x16(LOWEST));
+        let shifted = s.add_f32x16(x, s.splat_f32x16(ROUND_MAGIC));
+        let n = s.sub_f32x16(shifted, s.splat_f32x16(ROUND_MAGIC));
+        let f = s.sub_f32x16(x, n);
+        // (bits(shifted) + 127) << 23, as in `avx2::exp2_x8`.
+        let bits: u32x16 = pulp::cast(shifted);
+        let two_to_n: f32x16 =
+            pulp::cast(s.shl_const_u32x16::<23>(s.wrapping_add_u32x16(bits, s.splat_u32x16(127))));
+        let mut poly = s.splat_f32x16(P[0]);
+        for &c in &P[1..] {
+            poly = s.mul_add_f32x16(poly, f, s.splat_f32x16(c));
+        }
+        let two_to_f = s.mul_add_f32x16(f, poly, s.splat_f32x16(1.0));
+        s.mul_f32x16(two_to_f, two_to_n)
+    }
+
+    /// Adds the odd steps' accumulators to the even steps' and writes the block to `c`.
+    #[inline(always)]
+    fn store_tile(self, even: [f32x16; MR], odd: [f32x16; MR], c: &mut [f32], ldc: usize) {
+        const { assert!(NR == 16, "one 16-wide vector per row") };
+        for (r, (e, o)) in even.iter().zip(&odd).enumerate() {
+            store(&mut c[r * ldc..][..NR], self.0.add_f32x16(*e, *o));
+        }
+    }
+}
+
+impl Kernels for Avx512 {
+    #[inline(always)]
+    fn gemm(self, product: Gemm<'_>) {
+        self.0.vectorize(RunGemm(product, self));
+    }
+
+    #[inline(always)]
+    fn mul_add(self, a: f32, b: f32, c: f32) -> f32 {
+        mul_add::<true>(a, b, c)
+    }
+
+    #[inline(always)]
+    fn exp2(self, x: f32) -> f32 {
+        exp2::<true>(x)
+    }
+
+    #[inline(always)]
+    fn scores_tile(self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize) {
+        let s = self.0;
+        let zero = s.splat_f32x16(0.0);
+        let (mut even, mut odd) = ([zero; MR], [zero; MR]);
+        let mut a_steps = a.chunks_exact(2 * MR);
+        let mut b_rows = b.chunks_exact(2 * NR);
+        for (a_two, b_two) in (&mut a_steps).zip(&mut b_rows) {
+            let (b0, b1) = (load(b_two), load(&b_two[NR..]));
+            for r in 0..MR {
+                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_two[r]), b0, even[r]);
+                odd[r] = s.mul_add_f32x16(s.splat_f32x16(a_two[MR + r]), b1, odd[r]);
+            }
+        }
+        // An odd number of steps leaves one.
+        if let (Some(a_step), Some(b_row)) =
+            (a_steps.remainder().get(..MR), b_rows.remainder().get(..NR))
+        {
+            let b0 = load(b_row);
+            for r in 0..MR {
+                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_step[r]), b0, even[r]);
+            }
+        }
+        self.store_tile(even, odd, c, ldc);
+    }
+
+    #[inline(always)]
+    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+        let s = self.0;
+        let k = b.len() / NR;
+        let mut even = [s.splat_f32x16(0.0); MR];
+        for (r, acc) in even.iter_mut().enumerate() {
+            *acc = load(&c[r * ldc..][..NR]);
+        }
+        let mut odd = [s.splat_f32x16(0.0); MR];
+        let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
+        let pairs = k / 2;
+        for step in 0..pairs {
+            let kk = 2 * step;
+            let (b0, b1) = (load(&b[kk * NR..]), load(&b[(kk + 1) * NR..]));
+            for r in 0..MR {
+                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk]), b0, even[r]);
+                odd[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk + 1]), b1, odd[r]);
+            }
+        }
+        if k % 2 == 1 {
+            let kk = k - 1;
+            let b0 = load(&b[kk * NR..]);
+            for r in 0..MR {
+                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk]), b0, even[r]);
+            }
+        }
+        self.store_tile(even, odd, c, ldc);
+    }
+
+    #[inline(always)]
+    fn row_max(self, row: &[f32]) -> f32 {
+        let s = self.0;
+        let mut chunks = row.chunks_exact(16);
+        let mut max = s.splat_f32x16(f32::NEG_INFINITY);
+        for chunk in &mut chunks {
+            max = s.max_f32x16(max, load(chunk));
+        }
+        let lanes: [f32; 16] = pulp::cast(max);
+        lanes
+            .iter()
+            .chain(chunks.remainder())
+            .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a })
+    }
+
+    #[inline(always)]
+    fn exp2_in_place(self, row: &mut [f32], max: f32) -> f32 {
+        let s = self.0;
+        let max_x16 = s.splat_f32x16(max);
+        let mut sum = s.splat_f32x16(0.0);
+        let mut chunks = row.chunks_exact_mut(16);
+        for chunk in &mut chunks {
+            let p = self.exp2_x16(s.sub_f32x16(load(chunk), max_x16));
+            store(chunk, p);
+            sum = s.add_f32x16(sum, p);
+        }
+        let mut tail = 0.0;
+        for x in chunks.into_remainder() {
+            *x = exp2::<true>(*x - max);
+            tail += *x;
+        }
+        let lanes: [f32; 16] = pulp::cast(sum);
+        lanes.iter().sum::<f32>() + tail
+    }
+}
