@@ -42,10 +42,12 @@ use burn::backend::{
     tensor::{BoolTensor, FloatTensor},
     try_read_sync,
 };
+use std::borrow::Cow;
+
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 
 use crate::PreparedAttention;
-use crate::native::{Host, slice, to_f32};
+use crate::native::{Host, f32_vec};
 
 /// The non-tensor arguments of [`FlashAttentionOps`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -122,26 +124,8 @@ pub trait FlashAttentionOps: Backend {
         #[extension_type] bias: Biasing<Self>,
         params: FlashParams,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let device = q.device();
-        let dtype = q.dtype();
-        let host = host::<Self>(q, k, v, mask.into_option(), bias.into_option());
-        let [batch, n_heads, seq_len_q, _] = host.scores_shape();
-        let (context, lse) = host.forward(params.scale as f32, params.causal_offset, true);
-        let d_value = context.len() / (batch * n_heads * seq_len_q).max(1);
-        (
-            from_host::<Self>(
-                context,
-                vec![batch, n_heads, seq_len_q, d_value],
-                dtype,
-                &device,
-            ),
-            from_host::<Self>(
-                lse.expect("the log-sum-exp was asked for"),
-                vec![batch, n_heads, seq_len_q],
-                dtype,
-                &device,
-            ),
-        )
+        let host = host::<Self>(q.clone(), k, v, mask.into_option(), bias.into_option());
+        host_forward::<Self>(&host, &q, params)
     }
 
     /// `(dq, dk, dv)`, shaped like `q`, `k` and `v`, given what
@@ -159,29 +143,70 @@ pub trait FlashAttentionOps: Backend {
         d_context: FloatTensor<Self>,
         params: FlashParams,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let device = q.device();
-        let dtype = q.dtype();
-        let shapes = [q.shape(), k.shape(), v.shape()].map(|s| s.as_slice().to_vec());
-        let host = host::<Self>(q, k, v, mask.into_option(), bias.into_option());
-        let read = |t| to_f32(read_float::<Self>(t));
-        let [dq, dk, dv] = host.backward(
-            params.scale as f32,
-            params.causal_offset,
-            slice(&read(context)),
-            slice(&read(lse)),
-            slice(&read(d_context)),
-        );
-        let [q_shape, k_shape, v_shape] = shapes;
-        (
-            from_host::<Self>(dq, q_shape, dtype, &device),
-            from_host::<Self>(dk, k_shape, dtype, &device),
-            from_host::<Self>(dv, v_shape, dtype, &device),
-        )
+        let host = host::<Self>(q.clone(), k, v, mask.into_option(), bias.into_option());
+        let read = |t| f32_vec(read_float::<Self>(t));
+        let [context, lse, d_context] = [context, lse, d_context].map(read);
+        host_backward::<Self>(&host, &q, params, [&context, &lse, &d_context])
+    }
+}
+
+/// flex lends its storage: contiguous `f32` tensors are read in place, without a copy.
+#[cfg(feature = "flex")]
+impl FlashAttentionOps for burn::backend::Flex {
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Masking<Self>,
+        bias: Biasing<Self>,
+        params: FlashParams,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let host = flex_host(&q, &k, &v, mask, bias);
+        host_forward::<Self>(&host, &q, params)
+    }
+
+    fn flash_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Masking<Self>,
+        bias: Biasing<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        params: FlashParams,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let host = flex_host(&q, &k, &v, mask, bias);
+        let [context, lse, d_context] = [&context, &lse, &d_context].map(flex_floats);
+        host_backward::<Self>(&host, &q, params, [&context, &lse, &d_context])
+    }
+}
+
+/// A flex tensor's values as `f32`: its own storage when that is contiguous `f32`.
+#[cfg(feature = "flex")]
+fn flex_floats(t: &burn::backend::flex::FlexTensor) -> Cow<'_, [f32]> {
+    match t.as_slice::<f32>() {
+        Some(values) => Cow::Borrowed(values),
+        None => Cow::Owned(f32_vec(t.clone().into_data())),
     }
 }
 
 #[cfg(feature = "flex")]
-impl FlashAttentionOps for burn::backend::Flex {}
+fn flex_host<'a>(
+    q: &'a burn::backend::flex::FlexTensor,
+    k: &'a burn::backend::flex::FlexTensor,
+    v: &'a burn::backend::flex::FlexTensor,
+    mask: Masking<burn::backend::Flex>,
+    bias: Biasing<burn::backend::Flex>,
+) -> Host<'a> {
+    type F = burn::backend::Flex;
+    Host::from_parts(
+        [q, k, v].map(flex_floats),
+        [q, k, v].map(dims4),
+        mask.into_option().map(read_bool::<F>),
+        bias.into_option().map(read_float::<F>),
+    )
+}
 
 #[cfg(feature = "ndarray")]
 impl FlashAttentionOps for burn::backend::NdArray {}
@@ -242,24 +267,83 @@ fn host<B: Backend>(
     v: FloatTensor<B>,
     mask: Option<BoolTensor<B>>,
     bias: Option<FloatTensor<B>>,
-) -> Host {
+) -> Host<'static> {
     Host::from_data(
         read_float::<B>(q),
         read_float::<B>(k),
         read_float::<B>(v),
-        mask.map(|m| {
-            try_read_sync(B::bool_into_data(m))
-                .expect("the CPU backends read synchronously")
-                .expect("reading a mask")
-        }),
+        mask.map(read_bool::<B>),
         bias.map(read_float::<B>),
     )
+}
+
+/// The forward on the host: the context and the log-sum-exp as tensors of `B`, on `like`'s
+/// device and in its float type.
+fn host_forward<B: Backend>(
+    host: &Host<'_>,
+    like: &FloatTensor<B>,
+    params: FlashParams,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let (device, dtype) = (like.device(), like.dtype());
+    let [batch, n_heads, seq_len_q, _] = host.scores_shape();
+    let (context, lse) = host.forward(params.scale as f32, params.causal_offset, true);
+    let d_value = context.len() / (batch * n_heads * seq_len_q).max(1);
+    (
+        from_host::<B>(
+            context,
+            vec![batch, n_heads, seq_len_q, d_value],
+            dtype,
+            &device,
+        ),
+        from_host::<B>(
+            lse.expect("the log-sum-exp was asked for"),
+            vec![batch, n_heads, seq_len_q],
+            dtype,
+            &device,
+        ),
+    )
+}
+
+/// The backward on the host: `(dq, dk, dv)` as tensors of `B`, shaped like `q`, `k`, `v`.
+fn host_backward<B: Backend>(
+    host: &Host<'_>,
+    like: &FloatTensor<B>,
+    params: FlashParams,
+    [context, lse, d_context]: [&[f32]; 3],
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    let (device, dtype) = (like.device(), like.dtype());
+    let [q_shape, k_shape, v_shape] = host.input_shapes().map(|s| s.to_vec());
+    let [dq, dk, dv] = host.backward(
+        params.scale as f32,
+        params.causal_offset,
+        context,
+        lse,
+        d_context,
+    );
+    (
+        from_host::<B>(dq, q_shape, dtype, &device),
+        from_host::<B>(dk, k_shape, dtype, &device),
+        from_host::<B>(dv, v_shape, dtype, &device),
+    )
+}
+
+fn dims4<T: TensorMetadata>(t: &T) -> [usize; 4] {
+    t.shape()
+        .as_slice()
+        .try_into()
+        .expect("attention inputs have four dimensions")
 }
 
 fn read_float<B: Backend>(t: FloatTensor<B>) -> TensorData {
     try_read_sync(B::float_into_data(t))
         .expect("the CPU backends read synchronously")
         .expect("reading a float tensor")
+}
+
+fn read_bool<B: Backend>(t: BoolTensor<B>) -> TensorData {
+    try_read_sync(B::bool_into_data(t))
+        .expect("the CPU backends read synchronously")
+        .expect("reading a mask")
 }
 
 /// Host `f32` values as a tensor of `B` in `dtype`.

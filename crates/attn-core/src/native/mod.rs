@@ -26,6 +26,8 @@ mod backward;
 mod exp;
 mod kernel;
 
+use std::borrow::Cow;
+
 use burn::tensor::{Device, Tensor, TensorData};
 
 use crate::{AttentionError, AttentionOptions, PreparedAttention, Strategy};
@@ -242,20 +244,23 @@ fn run(
 }
 
 /// One problem's inputs in host memory as `f32` (booleans for the mask), with their shapes.
-pub(crate) struct Host {
+///
+/// The values are borrowed where a backend lends its storage (flex, for contiguous `f32`
+/// tensors) and owned copies otherwise.
+pub(crate) struct Host<'a> {
     /// `q`'s `[batch, n_heads, seq_len_q, d_head]`.
     q_dims: [usize; 4],
     /// `k`'s `[batch, n_kv_heads, seq_len_kv, d_head]`.
     k_dims: [usize; 4],
     d_value: usize,
-    q: TensorData,
-    k: TensorData,
-    v: TensorData,
+    q: Cow<'a, [f32]>,
+    k: Cow<'a, [f32]>,
+    v: Cow<'a, [f32]>,
     mask: Option<([usize; 4], Vec<bool>)>,
-    bias: Option<([usize; 4], TensorData)>,
+    bias: Option<([usize; 4], Cow<'a, [f32]>)>,
 }
 
-impl Host {
+impl<'a> Host<'a> {
     fn new(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, plan: &PreparedAttention) -> Self {
         Self::from_data(
             q.into_data(),
@@ -281,23 +286,53 @@ impl Host {
                 .try_into()
                 .expect("attention inputs have four dimensions")
         };
+        let owned = |data: TensorData| Cow::Owned(f32_vec(data));
         Self {
             q_dims: dims(&q),
             k_dims: dims(&k),
             d_value: dims(&v)[3],
-            q: to_f32(q),
-            k: to_f32(k),
-            v: to_f32(v),
-            mask: mask.map(|m| {
-                let shape = dims(&m);
-                let values = m
-                    .try_cast_as::<bool>()
-                    .and_then(|d| d.try_into_vec::<bool>())
-                    .expect("bool tensors convert to bool");
-                (shape, values)
-            }),
-            bias: bias.map(|b| (dims(&b), to_f32(b))),
+            q: owned(q),
+            k: owned(k),
+            v: owned(v),
+            mask: mask.map(|m| (dims(&m), bool_vec(m))),
+            bias: bias.map(|b| (dims(&b), owned(b))),
         }
+    }
+
+    /// `q`, `k`, `v` as row-major `f32` values with the given shapes (borrowed from a
+    /// backend's storage where it allows); the mask and bias as data read from the backend.
+    pub(crate) fn from_parts(
+        [q, k, v]: [Cow<'a, [f32]>; 3],
+        [q_dims, k_dims, v_dims]: [[usize; 4]; 3],
+        mask: Option<TensorData>,
+        bias: Option<TensorData>,
+    ) -> Self {
+        let dims = |data: &TensorData| -> [usize; 4] {
+            data.shape()
+                .as_slice()
+                .try_into()
+                .expect("attention inputs have four dimensions")
+        };
+        Self {
+            q_dims,
+            k_dims,
+            d_value: v_dims[3],
+            q,
+            k,
+            v,
+            mask: mask.map(|m| (dims(&m), bool_vec(m))),
+            bias: bias.map(|b| (dims(&b), Cow::Owned(f32_vec(b)))),
+        }
+    }
+
+    /// The shapes of `q`, `k` and `v`.
+    pub(crate) fn input_shapes(&self) -> [[usize; 4]; 3] {
+        let [batch, n_kv_heads, seq_len_kv, _] = self.k_dims;
+        [
+            self.q_dims,
+            self.k_dims,
+            [batch, n_kv_heads, seq_len_kv, self.d_value],
+        ]
     }
 
     /// `[batch, n_heads, seq_len_q, seq_len_kv]`.
@@ -311,9 +346,9 @@ impl Host {
         let [batch, n_heads, seq_len_q, seq_len_kv] = self.scores_shape();
         let [_, n_kv_heads, _, d_head] = self.k_dims;
         Problem {
-            q: slice(&self.q),
-            k: slice(&self.k),
-            v: slice(&self.v),
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
             batch,
             n_heads,
             n_kv_heads,
@@ -329,7 +364,7 @@ impl Host {
             bias: self
                 .bias
                 .as_ref()
-                .map(|(dims, data)| Broadcast::new(slice(data), *dims)),
+                .map(|(dims, data)| Broadcast::new(data, *dims)),
             causal_offset,
         }
     }
@@ -363,9 +398,9 @@ impl Host {
         lse: &[f32],
         d_context: &[f32],
     ) -> [Vec<f32>; 3] {
-        let mut dq = vec![0.0; self.q.num_elements()];
-        let mut dk = vec![0.0; self.k.num_elements()];
-        let mut dv = vec![0.0; self.v.num_elements()];
+        let mut dq = vec![0.0; self.q.len()];
+        let mut dk = vec![0.0; self.k.len()];
+        let mut dv = vec![0.0; self.v.len()];
         backward::attention_backward(
             &self.problem(scale, causal_offset),
             context,
@@ -385,6 +420,20 @@ impl Host {
 pub(crate) fn to_f32(data: TensorData) -> TensorData {
     data.try_cast_as::<f32>()
         .expect("float tensors convert to f32")
+}
+
+/// Float data as a vector of `f32`.
+pub(crate) fn f32_vec(data: TensorData) -> Vec<f32> {
+    to_f32(data)
+        .try_into_vec::<f32>()
+        .expect("to_f32 made f32 data")
+}
+
+/// Bool data as a vector of `bool`.
+fn bool_vec(data: TensorData) -> Vec<bool> {
+    data.try_cast_as::<bool>()
+        .and_then(|d| d.try_into_vec::<bool>())
+        .expect("bool tensors convert to bool")
 }
 
 /// A float tensor's values as `f32`, row-major.
