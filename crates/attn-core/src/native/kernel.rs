@@ -29,9 +29,10 @@
 //! Causal attention skips the key blocks above the diagonal altogether. Rows whose keys are
 //! all masked end with `l = 0` and return zeros, as the other strategies do.
 //!
-//! The inner loops exist twice: [`Portable`] (plain Rust, left to LLVM's auto-vectoriser) and
-//! `avx2::Avx2` (explicit 8-wide vectors behind [`pulp`]'s run-time AVX2 + FMA detection).
-//! Neither needs `unsafe`.
+//! The inner loops exist three times: [`Portable`] (plain Rust, left to LLVM's
+//! auto-vectoriser), `avx2::Avx2` (explicit 8-wide vectors) and `avx512::Avx512` (16-wide),
+//! the widest the CPU has picked at run time through [`pulp`]'s feature detection. None needs
+//! `unsafe`.
 
 use rayon::prelude::*;
 

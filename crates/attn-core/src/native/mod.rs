@@ -1,22 +1,19 @@
 //! Native CPU attention: a blocked online-softmax kernel on tuned micro-kernels and rayon,
 //! behind [`Strategy::Native`](crate::Strategy::Native) and [`native_attention`].
 //!
-//! # Why host buffers, not a backend extension
+//! # How it reaches the backends
 //!
-//! burn 0.22 can add an operation to a backend through its extension mechanism
-//! (`#[backend_extension(Flex, NdArray)]`, the `extension` feature), which would hand the kernel
-//! the backend's own tensor storage. That route needs `attn-core` to name the concrete backend
-//! types (so to turn on backend features, which the workspace keeps out of library crates) and
-//! to turn on burn's `extension` feature, which changes burn's feature set for the whole
-//! workspace and rebuilds all of it. This module instead reads `q`, `k`, `v`, the mask and the
-//! bias into host `f32` buffers with `into_data`, runs [`kernel::attention`] on them and builds
-//! the context back with `from_data`. On the CPU backends that is an `O(seq_len · d_head)` copy
-//! against `O(seq_len² · d_head)` work; what the extension route would add is skipping those
-//! copies, laziness under fusion, and a place to hang a custom autodiff backward.
+//! On flex and ndarray the kernel and its backward run as [`FlashAttentionOps`]
+//! (crate::FlashAttentionOps), burn's backend-extension mechanism: one backend operation, and
+//! one autodiff node whose backward is [`backward::attention_backward`]. flex lends the
+//! storage of contiguous `f32` tensors, so the kernel reads `q`, `k` and `v` in place; ndarray's
+//! tensors are read with `into_data` (an `O(seq_len · d_head)` copy against
+//! `O(seq_len² · d_head)` work).
 //!
-//! The copies also make the kernel correct on any device (a GPU tensor takes a round trip
-//! through host memory), so a forced `Strategy::Native` works everywhere; the automatic choice
-//! takes it only where the data already lives in host memory: [`native_serves`].
+//! The public [`native_attention`] and [`native_attention_backward`] take the same kernels
+//! through host copies (`into_data`, `from_data`), so they work on any device (a GPU tensor
+//! takes a round trip through host memory); the automatic strategy takes the kernel only where
+//! the data already lives in host memory: [`native_serves`].
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod avx2;
