@@ -20,6 +20,8 @@
 //! Causal attention skips the blocks above the diagonal. One task per (batch, query head);
 //! heads that share a key/value head add their `dk` and `dv` at the end.
 
+use std::cell::RefCell;
+
 use rayon::prelude::*;
 
 use super::kernel::{
@@ -42,7 +44,15 @@ pub(crate) struct Gradients<'a> {
 const BR: usize = 16 * MR;
 /// Keys per block: a multiple of [`NR`] (columns of `S` and `dP`) and of [`MR`].
 const BC: usize = 6 * NR;
-const _: () = assert!(BC.is_multiple_of(MR) && BR.is_multiple_of(MR));
+/// Keys are padded to a multiple of this, the least common multiple of [`MR`] and [`NR`]: a
+/// last, shorter block of keys must still fill whole columns of panels and rows of tiles.
+const KEY_STEP: usize = 48;
+const _: () = assert!(
+    BR.is_multiple_of(MR)
+        && KEY_STEP.is_multiple_of(MR)
+        && KEY_STEP.is_multiple_of(NR)
+        && BC.is_multiple_of(KEY_STEP)
+);
 
 /// The gradients of `Σ context ∘ d_context` with respect to `q`, `k` and `v`.
 ///
@@ -77,30 +87,53 @@ pub(super) fn backward_with(
         lse,
         d_context,
     };
-    // One task per (batch, query head): it owns that head's rows of dq and returns its share
-    // of dk and dv, summed below over the heads of a group.
+    let group = p.n_heads / p.n_kv_heads;
+    let run = |head: usize, dq: &mut [f32], dk: &mut [f32], dv: &mut [f32]| {
+        WORKSPACE.with_borrow_mut(|workspace| {
+            let mut task = Task {
+                inputs: &inputs,
+                head,
+                dq,
+                dk,
+                dv,
+                workspace,
+            };
+            task.dispatch(instructions);
+        });
+    };
+    if group == 1 {
+        // One task per (batch, head), owning that head's rows of dq, dk and dv.
+        grads
+            .dq
+            .par_chunks_mut(sq * dh)
+            .zip(grads.dk.par_chunks_mut(skv * dh))
+            .zip(grads.dv.par_chunks_mut(skv * dvl))
+            .enumerate()
+            .for_each(|(head, ((dq, dk), dv))| run(head, dq, dk, dv));
+        return;
+    }
+    // Grouped heads: one task per (batch, query head), returning its share of dk and dv,
+    // summed below over the heads of a group.
     let shares: Vec<(Vec<f32>, Vec<f32>)> = grads
         .dq
         .par_chunks_mut(sq * dh)
         .enumerate()
         .map(|(head, dq)| {
-            let mut task = Task {
-                inputs: &inputs,
-                head,
-                dq,
-                dk: vec![0.0; skv * dh],
-                dv: vec![0.0; skv * dvl],
-            };
-            task.dispatch(instructions);
-            (task.dk, task.dv)
+            let (mut dk, mut dv) = (vec![0.0; skv * dh], vec![0.0; skv * dvl]);
+            run(head, dq, &mut dk, &mut dv);
+            (dk, dv)
         })
         .collect();
-    let group = p.n_heads / p.n_kv_heads;
     for (head, (dk, dv)) in shares.into_iter().enumerate() {
         let kv_head = head / group; // b · n_kv_heads + kv head
         add(&mut grads.dk[kv_head * skv * dh..][..skv * dh], &dk);
         add(&mut grads.dv[kv_head * skv * dvl..][..skv * dvl], &dv);
     }
+}
+
+thread_local! {
+    /// Each thread's [`Workspace`], kept from call to call (see `kernel::SCRATCH` for why).
+    static WORKSPACE: RefCell<Workspace> = RefCell::new(Workspace::default());
 }
 
 fn add(out: &mut [f32], x: &[f32]) {
@@ -124,15 +157,18 @@ pub(super) struct Task<'a, 'p> {
     head: usize,
     /// `[seq_len_q, d_head]`.
     dq: &'a mut [f32],
-    /// This head's share of its key/value head's `dk`, `[seq_len_kv, d_head]`.
-    dk: Vec<f32>,
-    /// This head's share of `dv`, `[seq_len_kv, d_value]`.
-    dv: Vec<f32>,
+    /// This head's `dk` (or its share of its key/value head's), `[seq_len_kv, d_head]`.
+    dk: &'a mut [f32],
+    /// This head's `dv` (or share), `[seq_len_kv, d_value]`.
+    dv: &'a mut [f32],
+    workspace: &'a mut Workspace,
 }
 
-/// One head's operands, padded with zeros and laid out for the micro-kernel: row-major
-/// operands with row counts rounded up to [`MR`], streamed operands in panels of [`NR`].
-struct Operands {
+/// A task's buffers: one head's operands, padded with zeros and laid out for the
+/// micro-kernel (row-major operands with row counts rounded up to [`MR`], streamed operands in
+/// panels of [`NR`]), its accumulators and one block pair's scratch.
+#[derive(Default)]
+pub(super) struct Workspace {
     /// `q`, `[sq_p, d_head]`.
     q: Vec<f32>,
     /// `qᵀ` by blocks of queries, `[n_query_blocks][dh_m][BR]`.
@@ -147,13 +183,32 @@ struct Operands {
     v_t_panels: Vec<f32>,
     /// `k` in panels of `d_head` columns, `[dh_p / NR][skv_p][NR]` (for `dQ += dS·K`).
     k_panels: Vec<f32>,
+    /// `dq`, `[sq_p, dh_p]`.
+    dq: Vec<f32>,
+    /// `dkᵀ` by blocks of keys, `[n_key_blocks][dh_m][BC]`.
+    dk_t: Vec<f32>,
+    /// `dvᵀ` by blocks of keys, `[n_key_blocks][dv_m][BC]`.
+    dv_t: Vec<f32>,
+    /// `S`, then `P`, of one block pair: `[BR, BC]`.
+    s: Vec<f32>,
+    /// `dP`, then `dS`: `[BR, BC]`.
+    dp: Vec<f32>,
+    /// `P` as `[BC / NR][BR][NR]`.
+    p_panels: Vec<f32>,
+    /// `dS` as `[BC / NR][BR][NR]`.
+    ds_panels: Vec<f32>,
+}
+
+/// `buffer` as `len` zeros, keeping its allocation.
+fn zeroed(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    buffer.clear();
+    buffer.resize(len, 0.0);
+    buffer
 }
 
 /// Copies `rows` (`n` rows of `width`) into `[n_p, width]` (zeros past `n`).
-fn padded_rows(rows: &[f32], width: usize, n_p: usize) -> Vec<f32> {
-    let mut out = vec![0.0; n_p * width];
-    out[..rows.len()].copy_from_slice(rows);
-    out
+fn padded_rows(out: &mut Vec<f32>, rows: &[f32], width: usize, n_p: usize) {
+    zeroed(out, n_p * width)[..rows.len()].copy_from_slice(rows);
 }
 
 /// `rows` (`n` rows of `width`) transposed block by block: `[n_blocks][width_p][block]`,
@@ -162,41 +217,38 @@ fn padded_rows(rows: &[f32], width: usize, n_p: usize) -> Vec<f32> {
 /// Short row strides keep the micro-kernel's six rows of `a` and of `c` off the same cache
 /// sets: a stride of `seq_len` floats, a power of two in the usual cases, would map them all
 /// to one set of L1.
-fn transposed_blocks(rows: &[f32], width: usize, width_p: usize, block: usize) -> Vec<f32> {
+fn transposed_blocks(out: &mut Vec<f32>, rows: &[f32], width: usize, width_p: usize, block: usize) {
     let n_blocks = (rows.len() / width.max(1)).div_ceil(block);
-    let mut out = vec![0.0; n_blocks * width_p * block];
+    let out = zeroed(out, n_blocks * width_p * block);
     for (r, row) in rows.chunks_exact(width).enumerate() {
         let tile = &mut out[(r / block) * width_p * block..];
         for (c, &x) in row.iter().enumerate() {
             tile[c * block + r % block] = x;
         }
     }
-    out
 }
 
 /// `rows` (`n` rows of `width`) as `[n_p / NR][width][NR]`: panel `t` holds rows
 /// `t·NR..(t+1)·NR` as columns (zeros past `n`).
-fn row_panels(rows: &[f32], width: usize, n_p: usize) -> Vec<f32> {
-    let mut out = vec![0.0; n_p * width];
+fn row_panels(out: &mut Vec<f32>, rows: &[f32], width: usize, n_p: usize) {
+    let out = zeroed(out, n_p * width);
     for (r, row) in rows.chunks_exact(width).enumerate() {
         let panel = &mut out[(r / NR) * width * NR..];
         for (c, &x) in row.iter().enumerate() {
             panel[c * NR + r % NR] = x;
         }
     }
-    out
 }
 
 /// `rows` (`n` rows of `width`) as `[width_p / NR][n_p][NR]`: panel `t` holds columns
 /// `t·NR..(t+1)·NR` of every row (zeros past the edges).
-fn column_panels(rows: &[f32], width: usize, width_p: usize, n_p: usize) -> Vec<f32> {
-    let mut out = vec![0.0; width_p * n_p];
+fn column_panels(out: &mut Vec<f32>, rows: &[f32], width: usize, width_p: usize, n_p: usize) {
+    let out = zeroed(out, width_p * n_p);
     for (r, row) in rows.chunks_exact(width).enumerate() {
         for (c, &x) in row.iter().enumerate() {
             out[((c / NR) * n_p + r) * NR + c % NR] = x;
         }
     }
-    out
 }
 
 /// `c[m, n] += a[m, k] · b[k, n]` (see [`Gemm`]).
@@ -260,7 +312,9 @@ impl Task<'_, '_> {
         let kv_head = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
         let (sq, skv, dh, dvl) = (p.seq_len_q, p.seq_len_kv, p.d_head, p.d_value);
         let sq_p = sq.next_multiple_of(MR);
-        let skv_p = skv.next_multiple_of(BC);
+        let skv_p = skv.next_multiple_of(KEY_STEP);
+        // The transposed accumulators keep whole blocks of BC columns (row stride BC).
+        let skv_blocks = skv.next_multiple_of(BC);
         let (dh_m, dv_m) = (dh.next_multiple_of(MR), dvl.next_multiple_of(MR));
         let dh_p = dh.next_multiple_of(NR);
         let to_base_2 = std::f32::consts::LOG2_E;
@@ -271,15 +325,29 @@ impl Task<'_, '_> {
         let d_out = &d_context[head * sq * dvl..][..sq * dvl];
         let out = &context[head * sq * dvl..][..sq * dvl];
         let lse = &lse[head * sq..][..sq];
-        let ops = Operands {
-            q: padded_rows(q, dh, sq_p),
-            q_t: transposed_blocks(q, dh, dh_m, BR),
-            d_out: padded_rows(d_out, dvl, sq_p),
-            d_out_t: transposed_blocks(d_out, dvl, dv_m, BR),
-            k_t_panels: row_panels(k, dh, skv_p),
-            v_t_panels: row_panels(v, dvl, skv_p),
-            k_panels: column_panels(k, dh, dh_p, skv_p),
-        };
+        let Workspace {
+            q: q_rows,
+            q_t,
+            d_out: d_out_rows,
+            d_out_t,
+            k_t_panels,
+            v_t_panels,
+            k_panels,
+            dq,
+            dk_t,
+            dv_t,
+            s,
+            dp,
+            p_panels,
+            ds_panels,
+        } = &mut *self.workspace;
+        padded_rows(q_rows, q, dh, sq_p);
+        transposed_blocks(q_t, q, dh, dh_m, BR);
+        padded_rows(d_out_rows, d_out, dvl, sq_p);
+        transposed_blocks(d_out_t, d_out, dvl, dv_m, BR);
+        row_panels(k_t_panels, k, dh, skv_p);
+        row_panels(v_t_panels, v, dvl, skv_p);
+        column_panels(k_panels, k, dh, dh_p, skv_p);
         // D_i = do_i · o_i; lse in base 2.
         let d: Vec<f32> = d_out
             .chunks_exact(dvl)
@@ -288,13 +356,13 @@ impl Task<'_, '_> {
             .collect();
         let lse_2: Vec<f32> = lse.iter().map(|&l| l * to_base_2).collect();
 
-        let mut dq = vec![0.0; sq_p * dh_p]; // [sq_p, dh_p]
-        let mut dk_t = vec![0.0; dh_m * skv_p]; // [skv_p / BC][dh_m][BC]
-        let mut dv_t = vec![0.0; dv_m * skv_p]; // [skv_p / BC][dv_m][BC]
-        let mut s = vec![0.0; BR * BC]; // S, then P: [BR, BC]
-        let mut dp = vec![0.0; BR * BC]; // dP, then dS: [BR, BC]
-        let mut p_panels = vec![0.0; BC * BR]; // P as [BC / NR][BR][NR]
-        let mut ds_panels = vec![0.0; BC * BR]; // dS as [BC / NR][BR][NR]
+        let dq = zeroed(dq, sq_p * dh_p);
+        let dk_t = zeroed(dk_t, dh_m * skv_blocks);
+        let dv_t = zeroed(dv_t, dv_m * skv_blocks);
+        let s = zeroed(s, BR * BC);
+        let dp = zeroed(dp, BR * BC);
+        let p_panels = zeroed(p_panels, BC * BR);
+        let ds_panels = zeroed(ds_panels, BC * BR);
 
         for j0 in (0..skv_p).step_by(BC) {
             let bc = BC.min(skv_p - j0);
@@ -311,11 +379,11 @@ impl Task<'_, '_> {
                 let (s, dp) = (&mut s[..br * BC], &mut dp[..br * BC]);
                 s.fill(0.0);
                 dp.fill(0.0);
-                let a = &ops.q[i0 * dh..];
-                let panels = &ops.k_t_panels[j0 * dh..];
+                let a = &q_rows[i0 * dh..];
+                let panels = &k_t_panels[j0 * dh..];
                 gemm_acc(kernels, br, bc, dh, a, dh, panels, dh * NR, s, BC);
-                let a = &ops.d_out[i0 * dvl..];
-                let panels = &ops.v_t_panels[j0 * dvl..];
+                let a = &d_out_rows[i0 * dvl..];
+                let panels = &v_t_panels[j0 * dvl..];
                 gemm_acc(kernels, br, bc, dvl, a, dvl, panels, dvl * NR, dp, BC);
 
                 for r in 0..br {
@@ -357,14 +425,14 @@ impl Task<'_, '_> {
                 }
 
                 // dV_Jᵀ += dO_Iᵀ · P and dK_Jᵀ += Q_Iᵀ · dS: [d, bc], k = br.
-                let a = &ops.d_out_t[i0 * dv_m..];
+                let a = &d_out_t[i0 * dv_m..];
                 let c = &mut dv_t[j0 * dv_m..];
                 gemm_acc(kernels, dv_m, bc, br, a, BR, &p_panels, BR * NR, c, BC);
-                let a = &ops.q_t[i0 * dh_m..];
+                let a = &q_t[i0 * dh_m..];
                 let c = &mut dk_t[j0 * dh_m..];
                 gemm_acc(kernels, dh_m, bc, br, a, BR, &ds_panels, BR * NR, c, BC);
                 // dQ_I += dS · K_J: [br, dh_p], k = bc.
-                let panels = &ops.k_panels[j0 * NR..];
+                let panels = &k_panels[j0 * NR..];
                 let c = &mut dq[i0 * dh_p..];
                 gemm_acc(kernels, br, dh_p, bc, dp, BC, panels, skv_p * NR, c, dh_p);
             }

@@ -34,6 +34,8 @@
 //! the widest the CPU has picked at run time through [`pulp`]'s feature detection. None needs
 //! `unsafe`.
 
+use std::cell::RefCell;
+
 use rayon::prelude::*;
 
 use super::exp::{exp2, mul_add};
@@ -187,21 +189,30 @@ fn run_tasks(
                 .map(move |(block, (context, lse))| (head, block * BLOCK_Q, context, lse))
         })
         .collect();
-    tasks.into_par_iter().for_each_init(
-        || Scratch::new(p, &keys),
-        |scratch, (head, q_start, context, lse)| {
-            let task = Task {
-                p,
-                keys: &keys,
-                head,
-                q_start,
-                scratch,
-                context,
-                lse,
-            };
-            task.dispatch(instructions);
-        },
-    );
+    tasks
+        .into_par_iter()
+        .for_each(|(head, q_start, context, lse)| {
+            SCRATCH.with_borrow_mut(|scratch| {
+                scratch.fit(p, &keys);
+                let task = Task {
+                    p,
+                    keys: &keys,
+                    head,
+                    q_start,
+                    scratch,
+                    context,
+                    lse,
+                };
+                task.dispatch(instructions);
+            });
+        });
+}
+
+thread_local! {
+    /// Each thread's [`Scratch`], kept from call to call: buffers of a hundred kilobytes or
+    /// more freed after every call make glibc hand their pages back (`madvise`), which flushes
+    /// the TLBs of the other cores; at short lengths that cost more than the attention itself.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 /// Keys and values packed once per key/value head into the layouts the micro-kernels stream:
@@ -279,7 +290,8 @@ impl PackedKeys {
     }
 }
 
-/// Per-thread buffers, reused from task to task.
+/// Per-thread buffers, reused from task to task and call to call.
+#[derive(Default)]
 struct Scratch {
     /// Queries times `scale · log2 e`, packed by tiles of [`MR`] rows as
     /// `[BLOCK_Q / MR][d_head][MR]`, zero past the last query.
@@ -295,14 +307,13 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(p: &Problem, keys: &PackedKeys) -> Self {
-        Self {
-            q: vec![0.0; BLOCK_Q * p.d_head],
-            s: vec![0.0; BLOCK_Q * BLOCK_KV],
-            o: vec![0.0; BLOCK_Q * keys.n_value_panels * NR],
-            m: vec![0.0; BLOCK_Q],
-            l: vec![0.0; BLOCK_Q],
-        }
+    /// Sizes the buffers for `p` (their contents are set before they are read).
+    fn fit(&mut self, p: &Problem, keys: &PackedKeys) {
+        self.q.resize(BLOCK_Q * p.d_head, 0.0);
+        self.s.resize(BLOCK_Q * BLOCK_KV, 0.0);
+        self.o.resize(BLOCK_Q * keys.n_value_panels * NR, 0.0);
+        self.m.resize(BLOCK_Q, 0.0);
+        self.l.resize(BLOCK_Q, 0.0);
     }
 }
 
