@@ -636,3 +636,38 @@ fn shapes_that_cannot_work_are_errors_naming_the_numbers() {
         AttentionError::InvalidDropout { dropout: 1.0 }
     );
 }
+
+#[test]
+fn a_bias_that_needs_gradients_gets_them_from_every_differentiable_strategy() {
+    // FlashAttentionOps treats the bias as a constant; a bias that requires gradients must
+    // take the tensor-operation path instead and get the same gradient as with explicit.
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(19);
+        let autodiff = d.device.clone().autodiff();
+        let q = rng.tensor([1, 2, 70, 8], &d.device);
+        let k = rng.tensor([1, 2, 80, 8], &d.device);
+        let v = rng.tensor([1, 2, 80, 4], &d.device);
+        let bias = rng.tensor([1, 2, 70, 80], &d.device);
+        let bias_grad = |strategy| {
+            let on = |t: &Tensor<4>| t.clone().to_device(&autodiff).autodiff().require_grad();
+            let (q, k, v, bias) = (on(&q), on(&k), on(&v), on(&bias));
+            let options = AttentionOptions::new()
+                .with_bias(bias.clone())
+                .with_causal(CausalAlignment::TopLeft)
+                .with_strategy(strategy);
+            let out = scaled_dot_product_attention(q, k, v, &options).context;
+            let grads = out.sum().backward();
+            bias.grad(&grads).expect("the bias is in the graph")
+        };
+        let explicit = bias_grad(Strategy::Explicit);
+        for strategy in [Strategy::Chunked { block: 32 }, Strategy::Auto] {
+            assert_tensors_close(
+                bias_grad(strategy),
+                explicit.clone(),
+                ATOL,
+                RTOL,
+                &format!("{}: bias gradient, {}", d.name, strategy.name()),
+            );
+        }
+    });
+}

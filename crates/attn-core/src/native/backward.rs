@@ -99,6 +99,9 @@ pub(super) fn backward_with(
                 workspace,
             };
             task.dispatch(instructions);
+            if workspace.bytes() > KEEP_BYTES {
+                *workspace = Workspace::default();
+            }
         });
     };
     if group == 1 {
@@ -197,6 +200,33 @@ pub(super) struct Workspace {
     p_panels: Vec<f32>,
     /// `dS` as `[BC / NR][BR][NR]`.
     ds_panels: Vec<f32>,
+}
+
+/// A thread keeps its [`Workspace`] between calls up to this size; a larger one (long
+/// sequences, where an allocation costs little next to the work) is freed after the task.
+const KEEP_BYTES: usize = 16 << 20;
+
+impl Workspace {
+    /// The bytes its buffers hold.
+    fn bytes(&self) -> usize {
+        let buffers = [
+            &self.q,
+            &self.q_t,
+            &self.d_out,
+            &self.d_out_t,
+            &self.k_t_panels,
+            &self.v_t_panels,
+            &self.k_panels,
+            &self.dq,
+            &self.dk_t,
+            &self.dv_t,
+            &self.s,
+            &self.dp,
+            &self.p_panels,
+            &self.ds_panels,
+        ];
+        buffers.iter().map(|b| b.capacity()).sum::<usize>() * size_of::<f32>()
+    }
 }
 
 /// `buffer` as `len` zeros, keeping its allocation.
