@@ -457,10 +457,10 @@ impl Task<'_, '_> {
                 // dV_Jᵀ += dO_Iᵀ · P and dK_Jᵀ += Q_Iᵀ · dS: [d, bc], k = br.
                 let a = &d_out_t[i0 * dv_m..];
                 let c = &mut dv_t[j0 * dv_m..];
-                gemm_acc(kernels, dv_m, bc, br, a, BR, &p_panels, BR * NR, c, BC);
+                gemm_acc(kernels, dv_m, bc, br, a, BR, p_panels, BR * NR, c, BC);
                 let a = &q_t[i0 * dh_m..];
                 let c = &mut dk_t[j0 * dh_m..];
-                gemm_acc(kernels, dh_m, bc, br, a, BR, &ds_panels, BR * NR, c, BC);
+                gemm_acc(kernels, dh_m, bc, br, a, BR, ds_panels, BR * NR, c, BC);
                 // dQ_I += dS · K_J: [br, dh_p], k = bc.
                 let panels = &k_panels[j0 * NR..];
                 let c = &mut dq[i0 * dh_p..];
