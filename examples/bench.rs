@@ -77,7 +77,7 @@ const SIZES: &[usize] = &[128, 512, 2048, 4096];
 /// Sizes of `--quick`.
 const QUICK_SIZES: &[usize] = &[128, 512];
 /// Sizes of `--memory`: the growth from one to the next says whether memory is linear in s.
-const MEMORY_SIZES: &[usize] = &[4096, 8192, 16384];
+const MEMORY_SIZES: &[usize] = &[2048, 4096, 8192, 16384];
 /// Cases of `--memory` unless `--cases` says otherwise.
 const MEMORY_CASES: &[&str] = &[
     "attn/explicit",
@@ -134,7 +134,7 @@ struct RunArgs {
     /// Backends to run on, comma separated [default: every backend compiled in].
     #[arg(long, value_delimiter = ',')]
     device: Vec<String>,
-    /// Sequence lengths, comma separated [default: 128,512,2048,4096; with --memory 4096,8192,16384].
+    /// Sequence lengths, comma separated [default: 128,512,2048,4096; with --memory 2048,4096,8192,16384].
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<usize>,
     /// Case filters, comma separated: a case runs when every `/`-separated part of some filter

@@ -17,8 +17,9 @@
 //! ```
 //!
 //! Implementations:
-//! - flex and ndarray: the native CPU kernels ([`crate::native_attention`] and
-//!   [`crate::native_attention_backward`]) on the tensors' host data;
+//! - flex and ndarray: the native CPU kernels (those of [`crate::native_attention`] and
+//!   [`crate::native_attention_backward`]); flex lends its storage, so contiguous `f32`
+//!   tensors are read in place, and ndarray's are read with `into_data`;
 //! - the CubeCL backends (wgpu, Vulkan, Metal, CUDA): the same recurrences as block-by-block
 //!   tensor operations (`chunked.rs`), whose memory also grows linearly with the length;
 //! - `Autodiff<B>`: runs `B`'s forward and records one graph node whose backward calls `B`'s
@@ -37,13 +38,13 @@ mod autodiff;
 ))]
 mod cube;
 
+use std::borrow::Cow;
+
 use burn::backend::{
     Backend, ExtensionType, TensorMetadata, backend_extension,
     tensor::{BoolTensor, FloatTensor},
     try_read_sync,
 };
-use std::borrow::Cow;
-
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 
 use crate::PreparedAttention;
