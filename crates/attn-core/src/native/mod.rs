@@ -277,23 +277,9 @@ impl<'a> Host<'a> {
         mask: Option<TensorData>,
         bias: Option<TensorData>,
     ) -> Self {
-        let dims = |data: &TensorData| -> [usize; 4] {
-            data.shape()
-                .as_slice()
-                .try_into()
-                .expect("attention inputs have four dimensions")
-        };
-        let owned = |data: TensorData| Cow::Owned(f32_vec(data));
-        Self {
-            q_dims: dims(&q),
-            k_dims: dims(&k),
-            d_value: dims(&v)[3],
-            q: owned(q),
-            k: owned(k),
-            v: owned(v),
-            mask: mask.map(|m| (dims(&m), bool_vec(m))),
-            bias: bias.map(|b| (dims(&b), owned(b))),
-        }
+        let dims = [&q, &k, &v].map(data_dims);
+        let values = [q, k, v].map(|data| Cow::Owned(f32_vec(data)));
+        Self::from_parts(values, dims, mask, bias)
     }
 
     /// `q`, `k`, `v` as row-major `f32` values with the given shapes (borrowed from a
@@ -304,12 +290,6 @@ impl<'a> Host<'a> {
         mask: Option<TensorData>,
         bias: Option<TensorData>,
     ) -> Self {
-        let dims = |data: &TensorData| -> [usize; 4] {
-            data.shape()
-                .as_slice()
-                .try_into()
-                .expect("attention inputs have four dimensions")
-        };
         Self {
             q_dims,
             k_dims,
@@ -317,8 +297,8 @@ impl<'a> Host<'a> {
             q,
             k,
             v,
-            mask: mask.map(|m| (dims(&m), bool_vec(m))),
-            bias: bias.map(|b| (dims(&b), Cow::Owned(f32_vec(b)))),
+            mask: mask.map(|m| (data_dims(&m), bool_vec(m))),
+            bias: bias.map(|b| (data_dims(&b), Cow::Owned(f32_vec(b)))),
         }
     }
 
@@ -411,6 +391,14 @@ impl<'a> Host<'a> {
         );
         [dq, dk, dv]
     }
+}
+
+/// The shape of four-dimensional data.
+fn data_dims(data: &TensorData) -> [usize; 4] {
+    data.shape()
+        .as_slice()
+        .try_into()
+        .expect("attention inputs have four dimensions")
 }
 
 /// Float data as `f32`.
