@@ -65,12 +65,10 @@ pub fn try_scaled_dot_product_attention(
             context: fused::attention(q, k, v, &plan),
             weights: None,
         },
-        Strategy::Native if plan.flash_applies(&q) && native::native_serves(&q.device()) => {
-            AttentionOutput {
-                context: flash::attention(q, k, v, &plan, chunked::DEFAULT_BLOCK).0,
-                weights: None,
-            }
-        }
+        Strategy::Native if plan.native_flash_applies(&q) => AttentionOutput {
+            context: flash::attention(q, k, v, &plan, chunked::DEFAULT_BLOCK).0,
+            weights: None,
+        },
         Strategy::Native => AttentionOutput {
             context: native::attention(q, k, v, &plan),
             weights: None,
@@ -208,7 +206,7 @@ impl PreparedAttention {
             Strategy::Auto if needs_matrix => Ok(Strategy::Explicit),
             Strategy::Auto if q.is_tracked() || k.is_tracked() || v.is_tracked() => {
                 let long = self.scores_shape[3] >= NATIVE_TRAINING_MIN_KEYS;
-                if long && self.flash_applies(q) && native::native_serves(&q.device()) {
+                if long && self.native_flash_applies(q) {
                     Ok(Strategy::Native)
                 } else {
                     Ok(Strategy::Explicit)
@@ -231,7 +229,7 @@ impl PreparedAttention {
                 })
             }
             Strategy::Native => {
-                let differentiable = self.flash_applies(q) && native::native_serves(&q.device());
+                let differentiable = self.native_flash_applies(q);
                 native::check_can_run(q, k, v, options, self, differentiable)?;
                 Ok(Strategy::Native)
             }
@@ -244,6 +242,13 @@ impl PreparedAttention {
     /// build, and no gradient is wanted for the bias (the operation treats it as a constant).
     fn flash_applies(&self, q: &Tensor<4>) -> bool {
         flash::flash_serves(&q.device()) && !self.bias.as_ref().is_some_and(Tensor::is_tracked)
+    }
+
+    /// Whether the native kernel runs as [`FlashAttentionOps`](crate::FlashAttentionOps)
+    /// (so differentiably): [`Self::flash_applies`] on a device where the operation is the
+    /// native kernel (flex, ndarray).
+    fn native_flash_applies(&self, q: &Tensor<4>) -> bool {
+        self.flash_applies(q) && native::native_serves(&q.device())
     }
 
     /// The combined mask (caller's mask and causal) for keys `kv_start..kv_start + len`,

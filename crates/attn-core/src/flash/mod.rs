@@ -48,7 +48,7 @@ use burn::backend::{
 use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 
 use crate::PreparedAttention;
-use crate::native::{Host, f32_vec};
+use crate::native::{Host, backend_name, f32_vec};
 
 /// The non-tensor arguments of [`FlashAttentionOps`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -216,9 +216,7 @@ impl FlashAttentionOps for burn::backend::NdArray {}
 /// ndarray and the CubeCL backends, each when this crate's feature of that name is on (and
 /// with or without autodiff).
 pub fn flash_serves(device: &Device) -> bool {
-    // The dispatch enum's variants exist only for the backends burn was compiled with, so a
-    // `match` on them would not build in every feature set; their names always print.
-    let backend = format!("{:?}", device.clone().inner().as_dispatch());
+    let backend = backend_name(device);
     (cfg!(feature = "flex") && backend.starts_with("Flex"))
         || (cfg!(feature = "ndarray") && backend.starts_with("NdArray"))
         || (cfg!(any(

@@ -50,10 +50,15 @@ pub struct NativeOutput {
 /// assert!(attn_core::native_serves(&burn::tensor::Device::flex()));
 /// ```
 pub fn native_serves(device: &Device) -> bool {
-    // The dispatch enum's variants exist only for the backends burn was compiled with, so a
-    // `match` on them would not build in every feature set; their names always print.
-    let backend = format!("{:?}", device.clone().inner().as_dispatch());
+    let backend = backend_name(device);
     backend.starts_with("Flex") || backend.starts_with("NdArray")
+}
+
+/// The name of `device`'s backend, as burn's dispatch prints it (`Flex`, `NdArray`, `Cube`,
+/// ...). The dispatch enum's variants exist only for the backends burn was compiled with, so
+/// a `match` on them would not build in every feature set; their names always print.
+pub(crate) fn backend_name(device: &Device) -> String {
+    format!("{:?}", device.clone().inner().as_dispatch())
 }
 
 /// Attention on the native CPU kernel, returning the context and each row's log-sum-exp.
