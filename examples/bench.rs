@@ -1094,15 +1094,10 @@ fn print_memory_table(records: &[&Record]) {
     println!();
 }
 
-/// DejaVu Sans, bundled so the plot renders the same on a machine without system fonts.
-const FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
-
 fn plot(table: &Table, path: &Path, device: &str) -> Result<()> {
     use plotters::prelude::*;
-    use plotters::style::{FontStyle, register_font};
 
-    register_font("sans-serif", FontStyle::Normal, FONT)
-        .map_err(|_| anyhow!("the bundled DejaVuSans.ttf is not a usable font"))?;
+    attn_train::plot::ensure_font().map_err(|reason| anyhow!(reason))?;
     let series: [(&str, &str, &str); 7] = [
         ("attn", "auto", "attn auto"),
         ("attn", "explicit", "attn explicit"),

@@ -33,11 +33,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use attn::pos::{RotaryEncoding, RotaryPairing, SinusoidalEncoding};
 use attn::train::backend;
+use attn::train::plot::{self, FAMILY};
 use burn::tensor::{Device, Distribution, Tensor};
 use clap::Parser;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::{FontStyle, register_font};
 
 /// Command-line arguments.
 #[derive(Parser, Debug)]
@@ -60,18 +60,13 @@ struct Args {
     d_head: usize,
 }
 
-/// DejaVu Sans, bundled so that the pictures have text on a machine without fonts.
-const FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
-/// The family name the pictures ask plotters for.
-const FAMILY: &str = "sans-serif";
 /// The paper's base for both schemes.
 const BASE: f64 = 10_000.0;
 
 fn main() -> Result<()> {
     let args = Args::parse();
     let device = backend::device(&args.device).context("choosing the backend")?;
-    register_font(FAMILY, FontStyle::Normal, FONT)
-        .map_err(|_| anyhow!("the bundled DejaVu Sans font does not parse"))?;
+    plot::ensure_font().map_err(|reason| anyhow!(reason))?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
 

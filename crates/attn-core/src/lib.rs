@@ -38,6 +38,7 @@
 //! assert!((context - 19.441_93).abs() < 1e-4);
 //! ```
 
+pub mod backend;
 mod chunked;
 mod error;
 mod explicit;

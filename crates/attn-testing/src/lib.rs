@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use burn::tensor::{Bool, Device, DeviceKind, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Tensor, TensorData};
 use serde::Deserialize;
 
 /// Absolute tolerance used against the float32 reference vectors.
@@ -27,15 +27,10 @@ pub struct TestDevice {
 /// Every backend name this crate can build, in the order tests visit them.
 pub const ALL_BACKENDS: [&str; 3] = ["flex", "ndarray", "wgpu"];
 
-/// Builds the device for a backend name, or `None` for a name that is not a backend.
+/// Builds the device for a backend name, or `None` for a name that is not a backend (through
+/// the workspace's one name table, [`attn_core::backend`]).
 pub fn device_for(name: &str) -> Option<Device> {
-    match name {
-        "flex" => Some(Device::flex()),
-        #[allow(deprecated)] // ndarray is deprecated in burn 0.22 but still supported here.
-        "ndarray" => Some(Device::ndarray()),
-        "wgpu" => Some(Device::wgpu(DeviceKind::DefaultDevice)),
-        _ => None,
-    }
+    attn_core::backend::device(name).ok()
 }
 
 /// The devices the tests run on: all of [`ALL_BACKENDS`], or the list in `ATTN_TEST_DEVICES`.

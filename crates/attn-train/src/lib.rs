@@ -16,7 +16,7 @@
 
 #![warn(missing_docs)]
 
-pub mod backend;
+pub use attn_core::backend;
 pub mod checkpoint;
 pub mod clip;
 pub mod config;

@@ -15,13 +15,18 @@ use plotters::style::{FontStyle, register_font};
 use crate::error::TrainError;
 use crate::metrics::MetricsLog;
 
-/// DejaVu Sans (see `assets/fonts/LICENSE-DejaVu.txt`).
-const FONT: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans.ttf");
-/// The family name plots ask for.
-const FAMILY: &str = "sans-serif";
+/// DejaVu Sans (see `assets/fonts/LICENSE-DejaVu.txt` in this crate).
+const FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+/// The family name plots ask for, once [`ensure_font`] has registered it.
+pub const FAMILY: &str = "sans-serif";
 
-/// Registers the font once per process.
-fn ensure_font() -> Result<(), String> {
+/// Registers the bundled font with plotters under the family `"sans-serif"`, once per process.
+/// Every plot of the workspace (the training plots, the facade's examples, the bench program)
+/// draws its text through this call.
+///
+/// # Errors
+/// A message if the bundled font does not parse (it always does; the error is plotters').
+pub fn ensure_font() -> Result<(), String> {
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {

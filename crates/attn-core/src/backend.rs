@@ -1,9 +1,11 @@
-//! Backend selection by name: the one place in the workspace that turns a string such as
-//! `"flex"` into a burn [`Device`].
+//! Backend names: the one table in the workspace that turns a string such as `"flex"` into a
+//! burn [`Device`]. It names devices; choosing one stays with the caller (a program's command
+//! line, the test harness).
 //!
 //! Which backends exist is decided at compile time by this crate's cargo features (`flex`,
-//! `ndarray`, `wgpu`, `vulkan`, `metal`, `cuda`), each forwarded one to one to burn. Asking for a
-//! backend that was not compiled in is an error that names the feature that would enable it.
+//! `ndarray`, `wgpu`, `vulkan`, `metal`, `cuda`), which `attn-model`, `attn-train` and the facade
+//! forward one to one under the same names. Asking for a backend that was not compiled in is an
+//! error that names the feature that would enable it.
 
 use burn::tensor::Device;
 #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "metal"))]
@@ -59,7 +61,7 @@ pub enum BackendError {
     NotCompiled {
         /// The name asked for.
         name: String,
-        /// The cargo feature of `attn-train` (or the `attn` facade) that enables it.
+        /// The cargo feature that enables it (the same name on every crate of the workspace).
         feature: String,
         /// The backends compiled into this build, comma separated.
         compiled: String,
