@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer of `examples/bench.rs`: the same shapes, timing rules and JSON lines, on the CPU.
+"""PyTorch peer of the `attn-bench` program: the same shapes, timing rules and JSON lines, on the CPU.
 
     python3 benches/peers/torch_sdpa.py --threads 2 > torch.jsonl
 
@@ -19,11 +19,16 @@ Each case runs once to warm up, then repeats until it has both a minimum number 
 minimum time, as the Rust program does; the line reports the median. FLOPs count matrix
 products only: attention forward is 4 * batch * n_heads * s^2 * d_head, forward plus backward
 three times that.
+
+Every line names its machine as the Rust program's lines do: `cpu` (the `model name` of
+/proc/cpuinfo, `unknown` where there is none) and `cpu_features` (the instruction sets of the
+same list that the CPU's /proc/cpuinfo flags name, in the same order and spelling).
 """
 
 import argparse
 import json
 import os
+import platform
 import statistics
 import sys
 import time
@@ -33,7 +38,7 @@ D_MODEL = N_HEADS * D_HEAD
 D_FF = 4 * D_MODEL
 SIZES = [128, 512, 2048, 4096]
 QUICK_SIZES = [128, 512]
-# (min_reps, max_reps, target seconds, max seconds): the budgets of examples/bench.rs.
+# (min_reps, max_reps, target seconds, max seconds): the budgets of crates/attn-bench/src/timing.rs.
 FULL = (5, 200, 2.0, 20.0)
 QUICK = (3, 50, 0.25, 3.0)
 
@@ -44,9 +49,38 @@ def parse_args():
                         help="torch.set_num_threads (default: one per core, as the Rust backends)")
     parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=None)
     parser.add_argument("--cases", type=lambda s: s.split(","), default=[],
-                        help="filters as in examples/bench.rs: sdpa, mha, sdpa/forward, ...")
+                        help="filters as in attn-bench: sdpa, mha, sdpa/forward, ...")
     parser.add_argument("--quick", action="store_true", help="seq_len 128 and 512, short budget")
     return parser.parse_args()
+
+
+# The instruction sets of crates/attn-bench/src/machine.rs (X86_FEATURES), with the name each has
+# among the flags of /proc/cpuinfo.
+X86_FEATURES = [
+    ("avx2", "avx2"), ("fma", "fma"), ("avx512f", "avx512f"), ("avx512cd", "avx512cd"),
+    ("avx512bw", "avx512bw"), ("avx512dq", "avx512dq"), ("avx512vl", "avx512vl"),
+    ("avx512bf16", "avx512_bf16"), ("avx512fp16", "avx512_fp16"),
+    ("amx-tile", "amx_tile"), ("amx-bf16", "amx_bf16"),
+]
+
+
+def machine():
+    """(cpu, cpu_features): the first `model name` and the listed `flags` of /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpuinfo = f.read()
+    except OSError:
+        cpuinfo = ""
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    cpu = fields.get("model name") or "unknown"
+    flags = set(fields.get("flags", "").split())
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+    features = [name for name, flag in X86_FEATURES if x86 and flag in flags]
+    return cpu, features
 
 
 def selected(case_id, filters):
@@ -143,6 +177,7 @@ def main():
     torch.manual_seed(42)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"CPU capability {torch.backends.cpu.get_cpu_capability()}", file=sys.stderr)
+    cpu, cpu_features = machine()
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     budget = QUICK if args.quick else FULL
     steps = {"sdpa": sdpa_step, "mha": mha_step, "encoder_block": encoder_block_step}
@@ -156,7 +191,8 @@ def main():
                 print(json.dumps({
                     "impl": "torch", "case": case, "pass": passes, "device": "cpu",
                     "batch": BATCH, "n_heads": N_HEADS, "seq_len": seq_len, "d_head": D_HEAD,
-                    "threads": torch.get_num_threads(), "reps": len(times),
+                    "threads": torch.get_num_threads(),
+                    "cpu": cpu, "cpu_features": cpu_features, "reps": len(times),
                     "median_ms": median, "min_ms": min(times),
                     "gflops": flops(case, passes, seq_len) / (median * 1e6),
                     "peak_rss_mib": None,

@@ -1,0 +1,497 @@
+//! The case catalogue: every benchmarked computation, the passes it runs, its shapes, its
+//! matrix-product FLOPs, and how it prepares one run on a device.
+//!
+//! The attention shape is `[batch, n_heads, seq_len, d_head] = [1, 8, s, 64]`; the layer cases
+//! take `[batch, seq_len, d_model] = [1, s, 512]`.
+//! A case's id reads `impl/case/pass` (`attn/chunked/forward_backward`).
+//!
+//! FLOPs count matrix products only (two flops per multiply-add), as PyTorch and FlashAttention
+//! do: attention forward is `4·batch·n_heads·seq_len²·d_head` (`q·kᵀ` and `weights·v`), and
+//! forward plus backward is three times that (each product has two in the backward pass; the
+//! recomputation some kernels do is not counted as useful work).
+
+use anyhow::{Context, Result, anyhow, bail};
+use attn_core::{AttentionOptions, DEFAULT_BLOCK, Strategy, try_scaled_dot_product_attention};
+use attn_model::{Activation, EncoderBlockConfig, NormPlacement};
+use attn_train::TrainConfig;
+use burn::nn::activation::ActivationConfig;
+use burn::nn::attention::{MhaInput, MultiHeadAttentionConfig};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
+use burn::optim::{AdamConfig, GradientsParams};
+use burn::tensor::module::attention as burn_attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::timing::finish;
+
+/// `batch` of every case but the training step: one sequence, as in the calibration runs.
+pub const BATCH: usize = 1;
+/// `n_heads` of every case but the training step.
+pub const N_HEADS: usize = 8;
+/// `d_head` of every case but the training step.
+pub const D_HEAD: usize = 64;
+/// `d_model = n_heads · d_head` of the layer cases.
+pub const D_MODEL: usize = N_HEADS * D_HEAD;
+/// Hidden width of the encoder block's feed-forward network (the paper's `4 · d_model`).
+pub const D_FF: usize = 4 * D_MODEL;
+/// Inputs are drawn from seeded generators, so every run sees the same numbers.
+pub const SEED: u64 = 42;
+
+/// Sequence lengths of the full timing set.
+pub const SIZES: &[usize] = &[128, 512, 2048, 4096];
+/// Sequence lengths of the short set.
+pub const QUICK_SIZES: &[usize] = &[128, 512];
+
+/// What a case differentiates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    /// Inference: no autodiff graph.
+    Forward,
+    /// Forward on an autodiff device, then `sum().backward()`.
+    ForwardBackward,
+}
+
+impl Pass {
+    /// Both passes, forward first.
+    pub const ALL: [Pass; 2] = [Pass::Forward, Pass::ForwardBackward];
+
+    /// The name in case ids and JSON lines: `forward` or `forward_backward`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Forward => "forward",
+            Pass::ForwardBackward => "forward_backward",
+        }
+    }
+}
+
+/// The computation a case times.
+#[derive(Clone, Copy, Debug)]
+pub enum Workload {
+    /// `attn_core::scaled_dot_product_attention` with a forced strategy, on `[1, 8, s, 64]`.
+    Attn(Strategy),
+    /// `burn::tensor::module::attention` on `[1, 8, s, 64]`.
+    BurnAttention,
+    /// `attn_model::MultiHeadAttention` (d_model 512, 8 heads, automatic strategy) on `[1, s, 512]`.
+    AttnMha,
+    /// `burn::nn::attention::MultiHeadAttention` (d_model 512, 8 heads, no dropout) on `[1, s, 512]`.
+    BurnMha,
+    /// `attn_model::EncoderBlock` (post-norm, ReLU, d_ff 2048, no dropout) on `[1, s, 512]`.
+    AttnEncoderBlock,
+    /// `burn::nn::transformer::TransformerEncoder` with one layer, set up as `AttnEncoderBlock`.
+    BurnEncoderBlock,
+    /// One training step of the toy model of `attn-train` (its default `TrainConfig`: forward,
+    /// cross-entropy, backward, Adam), at the toy model's own sizes.
+    TrainStep,
+}
+
+/// One benchmarked implementation; each runs for every pass of [`Case::passes`].
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// `attn` or `burn`.
+    pub implementation: &'static str,
+    /// The case within the implementation (`chunked`, `module_attention`, `mha`, ...).
+    pub name: &'static str,
+    /// What it computes.
+    pub workload: Workload,
+}
+
+/// Every case, in the order a run goes through them.
+pub const CASES: &[Case] = &[
+    Case {
+        implementation: "attn",
+        name: "explicit",
+        workload: Workload::Attn(Strategy::Explicit),
+    },
+    Case {
+        implementation: "attn",
+        name: "chunked",
+        workload: Workload::Attn(Strategy::Chunked {
+            block: DEFAULT_BLOCK,
+        }),
+    },
+    Case {
+        implementation: "attn",
+        name: "fused",
+        workload: Workload::Attn(Strategy::Fused),
+    },
+    Case {
+        implementation: "attn",
+        name: "native",
+        workload: Workload::Attn(Strategy::Native),
+    },
+    Case {
+        implementation: "attn",
+        name: "auto",
+        workload: Workload::Attn(Strategy::Auto),
+    },
+    Case {
+        implementation: "burn",
+        name: "module_attention",
+        workload: Workload::BurnAttention,
+    },
+    Case {
+        implementation: "attn",
+        name: "mha",
+        workload: Workload::AttnMha,
+    },
+    Case {
+        implementation: "burn",
+        name: "mha",
+        workload: Workload::BurnMha,
+    },
+    Case {
+        implementation: "attn",
+        name: "encoder_block",
+        workload: Workload::AttnEncoderBlock,
+    },
+    Case {
+        implementation: "burn",
+        name: "encoder_block",
+        workload: Workload::BurnEncoderBlock,
+    },
+    Case {
+        implementation: "attn",
+        name: "train_step",
+        workload: Workload::TrainStep,
+    },
+];
+
+/// Every case with every pass it runs.
+pub fn all_cases() -> impl Iterator<Item = (Case, Pass)> {
+    CASES
+        .iter()
+        .flat_map(|case| case.passes().iter().map(|&pass| (*case, pass)))
+}
+
+/// Whether the case `id` (`impl/case/pass`) passes the filters: some filter has every one of
+/// its `/`-separated parts among the id's parts. No filters means every case.
+pub fn selected(id: &str, filters: &[String]) -> bool {
+    let parts: Vec<&str> = id.split('/').collect();
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| f.split('/').all(|want| parts.contains(&want)))
+}
+
+/// One run of a case with its inputs already built; it synchronises the device before returning.
+pub type Step = Box<dyn FnMut() -> Result<()>>;
+
+impl Case {
+    /// `impl/case/pass`, the id of filters, JSON lines and benchmark names.
+    pub fn id(&self, pass: Pass) -> String {
+        format!("{}/{}/{}", self.implementation, self.name, pass.name())
+    }
+
+    /// The case and pass of an id printed by [`Case::id`].
+    ///
+    /// # Errors
+    /// When no case has that id.
+    pub fn by_id(id: &str) -> Result<(Case, Pass)> {
+        all_cases()
+            .find(|(case, pass)| case.id(*pass) == id)
+            .ok_or_else(|| anyhow!("unknown case `{id}`; `--list` prints them"))
+    }
+
+    /// The passes this case runs: a training step is always forward plus backward.
+    pub fn passes(&self) -> &'static [Pass] {
+        match self.workload {
+            Workload::TrainStep => &[Pass::ForwardBackward],
+            _ => &Pass::ALL,
+        }
+    }
+
+    /// The sequence length of a case that ignores the requested sizes (the toy model's own).
+    pub fn fixed_seq_len(&self) -> Option<usize> {
+        match self.workload {
+            Workload::TrainStep => Some(TrainConfig::default().task.seq_len),
+            _ => None,
+        }
+    }
+
+    /// `[batch, n_heads, seq_len, d_head]` of the case at `seq_len`.
+    pub fn dims(&self, seq_len: usize) -> [usize; 4] {
+        match self.workload {
+            Workload::TrainStep => {
+                let config = TrainConfig::default();
+                let (n_heads, d_model) = (config.model.n_heads, config.model.d_model);
+                [
+                    config.batch_size,
+                    n_heads,
+                    config.task.seq_len,
+                    d_model / n_heads,
+                ]
+            }
+            // The layer cases' d_model is n_heads · d_head.
+            _ => [BATCH, N_HEADS, seq_len, D_HEAD],
+        }
+    }
+
+    /// Whether the case can run on `device`: the native kernel runs on the CPU backends only
+    /// (`attn_core::native_serves`); every other case runs everywhere.
+    pub fn runs_on(&self, device: &Device) -> bool {
+        match self.workload {
+            Workload::Attn(Strategy::Native) => attn_core::native_serves(device),
+            _ => true,
+        }
+    }
+
+    /// Matrix-product FLOPs of one run, or `None` where they are not well defined.
+    pub fn flops(&self, pass: Pass, seq_len: usize) -> Option<f64> {
+        let (batch, seq_len) = (BATCH as f64, seq_len as f64);
+        // q·kᵀ and weights·v: 2 products of 2·seq_len²·d_head flops per head.
+        let attention = 4.0 * batch * N_HEADS as f64 * seq_len * seq_len * D_HEAD as f64;
+        // The q, k, v and output projections, [seq_len, d_model]·[d_model, d_model] each.
+        let projections = 4.0 * 2.0 * batch * seq_len * (D_MODEL * D_MODEL) as f64;
+        // The feed-forward network, [seq_len, d_model]·[d_model, d_ff] and back.
+        let feed_forward = 2.0 * 2.0 * batch * seq_len * (D_MODEL * D_FF) as f64;
+        let forward = match self.workload {
+            Workload::Attn(_) | Workload::BurnAttention => attention,
+            Workload::AttnMha | Workload::BurnMha => attention + projections,
+            Workload::AttnEncoderBlock | Workload::BurnEncoderBlock => {
+                attention + projections + feed_forward
+            }
+            Workload::TrainStep => return None,
+        };
+        Some(match pass {
+            Pass::Forward => forward,
+            Pass::ForwardBackward => 3.0 * forward,
+        })
+    }
+
+    /// Builds the inputs of the case on `device` (its autodiff form for forward plus backward)
+    /// and returns one run of it.
+    ///
+    /// # Errors
+    /// When a module's configuration is refused or the inputs cannot be built.
+    pub fn prepare(&self, pass: Pass, device: &Device, seq_len: usize) -> Result<Step> {
+        let device = match pass {
+            Pass::ForwardBackward => device.clone().autodiff(),
+            Pass::Forward => device.clone(),
+        };
+        device.seed(SEED);
+        let normal = Distribution::Normal(0.0, 1.0);
+        match self.workload {
+            Workload::Attn(_) | Workload::BurnAttention => {
+                let workload = self.workload;
+                let shape = [BATCH, N_HEADS, seq_len, D_HEAD];
+                let input = || Tensor::<4>::random(shape, normal, &device); // [batch, n_heads, seq_len, d_head]
+                let (q, k, v) = (input(), input(), input());
+                Ok(match pass {
+                    Pass::Forward => Box::new(move || {
+                        let context = attend(workload, q.clone(), k.clone(), v.clone())?;
+                        finish(&device, context)
+                    }),
+                    Pass::ForwardBackward => {
+                        let (q, k, v) = (q.require_grad(), k.require_grad(), v.require_grad());
+                        Box::new(move || {
+                            let context = attend(workload, q.clone(), k.clone(), v.clone())?;
+                            let grads = context.sum().backward();
+                            let dq = q.grad(&grads).context("q has no gradient")?;
+                            finish(&device, dq)
+                        })
+                    }
+                })
+            }
+            Workload::TrainStep => train_step(&device),
+            Workload::AttnMha
+            | Workload::BurnMha
+            | Workload::AttnEncoderBlock
+            | Workload::BurnEncoderBlock => {
+                let layer = layer(self.workload, &device)?;
+                let x = Tensor::<3>::random([BATCH, seq_len, D_MODEL], normal, &device); // [batch, seq_len, d_model]
+                Ok(match pass {
+                    Pass::Forward => Box::new(move || finish(&device, layer(x.clone()))),
+                    Pass::ForwardBackward => {
+                        let x = x.require_grad();
+                        Box::new(move || {
+                            let grads = layer(x.clone()).sum().backward();
+                            let dx = x.grad(&grads).context("x has no gradient")?;
+                            finish(&device, dx)
+                        })
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// One step of `attn-train`'s loop on its toy model, with the pieces the crate exports: the
+/// default `TrainConfig`'s model, sizes and learning rate, cross-entropy over classes, Adam.
+///
+/// One fixed batch is reused, so the clock sees the step and not the data generator.
+/// Its tokens and classes are drawn uniformly at the task's sizes: the step does the same work
+/// whatever the values, and every target is scored, as in the task.
+fn train_step(device: &Device) -> Result<Step> {
+    let config = TrainConfig::default();
+    let mut model = Some(config.encoder_config().init(device)?);
+    let mut optim = AdamConfig::new().init();
+    let loss_fn = CrossEntropyLossConfig::new().init(device);
+    let (batch, seq_len) = (config.batch_size, config.task.seq_len);
+    let mut rng = ChaCha8Rng::seed_from_u64(SEED);
+    let mut draw = |below: usize| -> Vec<i64> {
+        (0..batch * seq_len)
+            .map(|_| rng.random_range(0..below) as i64)
+            .collect()
+    };
+    let tokens = draw(config.task.model_vocab());
+    let targets = draw(config.task.n_classes());
+    let tokens = Tensor::<2, Int>::from_data(TensorData::new(tokens, [batch, seq_len]), device); // [batch, seq_len]
+    let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [batch * seq_len]), device); // [batch * seq_len]
+    let lr = config.optim.lr;
+    let device = device.clone();
+    Ok(Box::new(move || {
+        let encoder = model
+            .take()
+            .context("an earlier step failed and lost the model")?;
+        let logits = encoder.forward(tokens.clone()); // [batch, seq_len, n_classes]
+        let [_, _, n_classes] = logits.dims();
+        let logits = logits.reshape([batch * seq_len, n_classes]); // [batch * seq_len, n_classes]
+        let loss = loss_fn.forward(logits, targets.clone());
+        let grads = GradientsParams::from_grads(loss.backward(), &encoder);
+        model = Some(optim.step(lr, encoder, grads));
+        finish(&device, loss)
+    }))
+}
+
+/// A layer from `[batch, seq_len, d_model]` to `[batch, seq_len, d_model]`.
+type Layer = Box<dyn Fn(Tensor<3>) -> Tensor<3>>;
+
+/// The module of a layer workload, initialised on `device`; no dropout anywhere, post-norm and
+/// ReLU in both encoder blocks, so forward and backward do the same work in every implementation.
+fn layer(workload: Workload, device: &Device) -> Result<Layer> {
+    Ok(match workload {
+        Workload::AttnMha => {
+            let mha = attn_model::MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+                .with_dropout(0.0)
+                .init(device)?;
+            Box::new(move |x| mha.forward(attn_model::MhaInput::self_attention(x)).output)
+        }
+        Workload::BurnMha => {
+            let mha = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+                .with_dropout(0.0)
+                .init(device);
+            Box::new(move |x| mha.forward(MhaInput::self_attn(x)).context)
+        }
+        Workload::AttnEncoderBlock => {
+            let block = EncoderBlockConfig::new(D_MODEL, N_HEADS, D_FF)
+                .with_dropout(0.0)
+                .with_norm(NormPlacement::Post)
+                .with_activation(Activation::Relu)
+                .init(device)?;
+            Box::new(move |x| block.forward(x, None))
+        }
+        Workload::BurnEncoderBlock => {
+            let encoder = TransformerEncoderConfig::new(D_MODEL, D_FF, N_HEADS, 1)
+                .with_dropout(0.0)
+                .with_norm_first(false)
+                .with_activation(ActivationConfig::Relu)
+                .init(device);
+            Box::new(move |x| encoder.forward(TransformerEncoderInput::new(x)))
+        }
+        Workload::Attn(_) | Workload::BurnAttention | Workload::TrainStep => {
+            bail!("{workload:?} is not a layer")
+        }
+    })
+}
+
+/// The attention context `[batch, n_heads, seq_len, d_head]` of an attention workload; a strategy
+/// that cannot serve the device or the pass is an error, which the case's line reports.
+fn attend(workload: Workload, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Result<Tensor<4>> {
+    Ok(match workload {
+        Workload::Attn(strategy) => {
+            let options = AttentionOptions::new().with_strategy(strategy);
+            try_scaled_dot_product_attention(q, k, v, &options)
+                .with_context(|| format!("attention with {strategy:?}"))?
+                .context
+        }
+        Workload::BurnAttention => {
+            burn_attention(q, k, v, None, None, AttentionModuleOptions::default())
+        }
+        _ => bail!("{workload:?} is not an attention kernel"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_testing::TestDevice;
+
+    #[test]
+    fn ids_are_unique_and_find_their_case() {
+        let ids: Vec<String> = all_cases().map(|(case, pass)| case.id(pass)).collect();
+        let mut unique = ids.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "duplicate ids in {ids:?}");
+        for id in &ids {
+            let (case, pass) = Case::by_id(id).expect("every listed id is found");
+            assert_eq!(&case.id(pass), id);
+        }
+        assert!(Case::by_id("attn/nothing/forward").is_err());
+        // Ten cases with both passes, the training step with one.
+        assert_eq!(ids.len(), 21);
+    }
+
+    #[test]
+    fn filters_match_every_part_of_some_filter() {
+        let filters = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let id = "attn/chunked/forward_backward";
+        assert!(selected(id, &[]));
+        assert!(selected(id, &filters(&["chunked"])));
+        assert!(selected(id, &filters(&["burn", "attn/forward_backward"])));
+        assert!(!selected(id, &filters(&["chunked/forward"])));
+        assert!(!selected(id, &filters(&["burn", "mha"])));
+    }
+
+    #[test]
+    fn flops_count_the_matrix_products() {
+        let (attention, _) = Case::by_id("attn/explicit/forward").expect("listed");
+        // 4 · batch 1 · 8 heads · 5² · 64.
+        assert_eq!(attention.flops(Pass::Forward, 5), Some(51_200.0));
+        assert_eq!(attention.flops(Pass::ForwardBackward, 5), Some(153_600.0));
+        let (mha, _) = Case::by_id("burn/mha/forward").expect("listed");
+        // Attention plus four [5, 512]·[512, 512] projections.
+        assert_eq!(
+            mha.flops(Pass::Forward, 5),
+            Some(51_200.0 + 8.0 * 5.0 * 512.0 * 512.0)
+        );
+        let (block, _) = Case::by_id("attn/encoder_block/forward").expect("listed");
+        assert_eq!(
+            block.flops(Pass::Forward, 5),
+            Some(51_200.0 + 8.0 * 5.0 * 512.0 * 512.0 + 4.0 * 5.0 * 512.0 * 2048.0)
+        );
+        let (train, pass) = Case::by_id("attn/train_step/forward_backward").expect("listed");
+        assert_eq!(train.flops(pass, 5), None);
+    }
+
+    #[test]
+    fn the_training_step_keeps_the_toy_model_sizes() {
+        let (train, _) = Case::by_id("attn/train_step/forward_backward").expect("listed");
+        let config = TrainConfig::default();
+        assert_eq!(train.fixed_seq_len(), Some(config.task.seq_len));
+        assert_eq!(train.dims(999)[2], config.task.seq_len);
+        assert_eq!(train.passes(), &[Pass::ForwardBackward]);
+        let (chunked, _) = Case::by_id("attn/chunked/forward").expect("listed");
+        assert_eq!(chunked.fixed_seq_len(), None);
+        assert_eq!(chunked.dims(7), [1, 8, 7, 64]);
+    }
+
+    #[test]
+    fn every_case_prepares_and_runs_on_every_test_device() {
+        for TestDevice { name, device } in attn_testing::devices() {
+            let cases = all_cases().filter(|(case, _)| case.runs_on(&device));
+            for (case, pass) in cases {
+                let seq_len = case.fixed_seq_len().unwrap_or(7);
+                let mut step = case
+                    .prepare(pass, &device, seq_len)
+                    .unwrap_or_else(|e| panic!("{} on {name}: {e:#}", case.id(pass)));
+                for _ in 0..2 {
+                    step().unwrap_or_else(|e| panic!("{} on {name}: {e:#}", case.id(pass)));
+                }
+            }
+        }
+    }
+}

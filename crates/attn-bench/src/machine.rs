@@ -1,0 +1,158 @@
+//! The machine a figure comes from: the CPU model, the x86 instruction sets this process can
+//! use that the kernels here pick between, and the worker threads.
+//! Every JSON line carries them, so a speed ratio always names its processor.
+
+use std::sync::OnceLock;
+
+/// The CPU model of lines written before lines named their machine.
+pub const UNKNOWN_MACHINE: &str = "unknown machine";
+
+/// The CPU model where `/proc/cpuinfo` has none (another system, another architecture).
+pub const UNKNOWN_CPU: &str = "unknown";
+
+/// The instruction sets recorded, by `is_x86_feature_detected!` name: the AVX2 + FMA and
+/// AVX-512 (`x86-v4`: F, CD, BW, DQ, VL) levels the native kernels and flex's matrix products
+/// choose between, and the bf16/fp16 and AMX extensions PyTorch's CPU kernels use.
+pub const X86_FEATURES: &[&str] = &[
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512cd",
+    "avx512bw",
+    "avx512dq",
+    "avx512vl",
+    "avx512bf16",
+    "avx512fp16",
+    "amx-tile",
+    "amx-bf16",
+];
+
+/// Where this process runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// `model name` of `/proc/cpuinfo`, or [`UNKNOWN_CPU`].
+    pub cpu: String,
+    /// The members of [`X86_FEATURES`] this process can use; empty off x86.
+    pub cpu_features: Vec<String>,
+    /// Worker threads of the CPU backends.
+    pub threads: usize,
+}
+
+impl Machine {
+    /// This machine, detected once per process.
+    pub fn current() -> &'static Machine {
+        static CURRENT: OnceLock<Machine> = OnceLock::new();
+        CURRENT.get_or_init(|| {
+            let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            Machine {
+                cpu: cpu_model(&cpuinfo).unwrap_or_else(|| UNKNOWN_CPU.to_string()),
+                cpu_features: cpu_features(&cpuinfo),
+                threads: threads(),
+            }
+        })
+    }
+}
+
+/// The first `model name` of a `/proc/cpuinfo` text.
+pub fn cpu_model(cpuinfo: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .find(|(key, _)| key.trim() == "model name")
+        .map(|(_, value)| value.trim().to_string())
+        .filter(|model| !model.is_empty())
+}
+
+/// The members of [`X86_FEATURES`] this process can use.
+///
+/// AMX has no stable run-time detection in Rust; it is read from the `flags` of `/proc/cpuinfo`
+/// (`amx_tile`, `amx_bf16`), which the kernel lists only where it supports the tile state.
+#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+pub fn cpu_features(cpuinfo: &str) -> Vec<String> {
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .filter_map(|line| line.split_once(':'))
+        .find(|(key, _)| key.trim() == "flags")
+        .map(|(_, value)| value.split_whitespace().collect())
+        .unwrap_or_default();
+    let has = |name: &str| match name {
+        "avx2" => is_x86_feature_detected!("avx2"),
+        "fma" => is_x86_feature_detected!("fma"),
+        "avx512f" => is_x86_feature_detected!("avx512f"),
+        "avx512cd" => is_x86_feature_detected!("avx512cd"),
+        "avx512bw" => is_x86_feature_detected!("avx512bw"),
+        "avx512dq" => is_x86_feature_detected!("avx512dq"),
+        "avx512vl" => is_x86_feature_detected!("avx512vl"),
+        "avx512bf16" => is_x86_feature_detected!("avx512bf16"),
+        "avx512fp16" => is_x86_feature_detected!("avx512fp16"),
+        amx => flags.contains(&amx.replace('-', "_").as_str()),
+    };
+    X86_FEATURES
+        .iter()
+        .filter(|name| has(name))
+        .map(|name| name.to_string())
+        .collect()
+}
+
+/// No x86 instruction sets off x86.
+#[cfg(not(any(target_arch = "x86", target_arch = "x86_64")))]
+pub fn cpu_features(_cpuinfo: &str) -> Vec<String> {
+    Vec::new()
+}
+
+/// Worker threads of the CPU backends: rayon's `RAYON_NUM_THREADS`, else one per core.
+pub fn threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CPUINFO: &str = "processor\t: 0\nvendor_id\t: AuthenticAMD\n\
+        model name\t: AMD EPYC 9B45 128-Core Processor\nflags\t\t: fpu avx2 amx_tile\n\n\
+        processor\t: 1\nmodel name\t: AMD EPYC 9B45 128-Core Processor\n";
+
+    #[test]
+    fn the_model_is_the_first_model_name() {
+        assert_eq!(
+            cpu_model(CPUINFO).as_deref(),
+            Some("AMD EPYC 9B45 128-Core Processor")
+        );
+        assert_eq!(cpu_model("processor\t: 0\nCPU part\t: 0xd0c\n"), None);
+        assert_eq!(cpu_model(""), None);
+    }
+
+    #[test]
+    fn features_are_known_names_in_table_order() {
+        let features = cpu_features(CPUINFO);
+        let positions: Vec<usize> = features
+            .iter()
+            .map(|f| {
+                X86_FEATURES
+                    .iter()
+                    .position(|known| known == f)
+                    .unwrap_or_else(|| panic!("`{f}` is not in X86_FEATURES"))
+            })
+            .collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "{features:?}");
+        // AMX comes from the kernel's flags.
+        let amx = |cpuinfo| cpu_features(cpuinfo).contains(&"amx-tile".to_string());
+        assert!(!amx("flags\t: avx2"));
+        assert_eq!(
+            amx(CPUINFO),
+            cfg!(any(target_arch = "x86", target_arch = "x86_64"))
+        );
+    }
+
+    #[test]
+    fn this_machine_has_a_model_and_threads() {
+        let machine = Machine::current();
+        assert!(!machine.cpu.is_empty());
+        assert!(machine.threads >= 1);
+    }
+}

@@ -1,0 +1,427 @@
+//! The report: JSON lines of several runs (and of `benches/peers/torch_sdpa.py`) turned into the
+//! Markdown tables of `docs/benchmarks.md`.
+//!
+//! Lines are grouped by machine (their CPU model), and each machine gets its own set of tables,
+//! headed by it: a ratio is only ever taken between lines of the same machine.
+//! Within a machine, each case's time is the median of its runs' medians.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use attn_bench::record::Record;
+use attn_bench::timing::median;
+
+/// `(impl, case, pass, seq_len)` → median over runs of the median milliseconds.
+pub type Table = BTreeMap<(String, String, String, usize), f64>;
+
+/// The lines of one machine.
+pub struct MachineLines<'a> {
+    /// The CPU model every line shares.
+    pub cpu: &'a str,
+    /// Its lines, in the order they were read.
+    pub records: Vec<&'a Record>,
+}
+
+/// Every line of the JSON-lines files, in order; lines not starting with `{` are skipped.
+///
+/// # Errors
+/// A file that cannot be read, or a line that is not a record, named by file and line number.
+pub fn load(inputs: &[PathBuf]) -> Result<Vec<Record>> {
+    if inputs.is_empty() {
+        bail!("report needs at least one JSON-lines file");
+    }
+    let mut records = Vec::new();
+    for path in inputs {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        for (n, line) in text.lines().enumerate().filter(|(_, l)| l.starts_with('{')) {
+            let record: Record = serde_json::from_str(line)
+                .with_context(|| format!("{}:{}", path.display(), n + 1))?;
+            records.push(record);
+        }
+    }
+    Ok(records)
+}
+
+/// The lines grouped by CPU model, machines in the order they first appear.
+pub fn by_machine(records: &[Record]) -> Vec<MachineLines<'_>> {
+    let mut machines: Vec<MachineLines<'_>> = Vec::new();
+    for record in records {
+        match machines.iter_mut().find(|m| m.cpu == record.cpu) {
+            Some(machine) => machine.records.push(record),
+            None => machines.push(MachineLines {
+                cpu: &record.cpu,
+                records: vec![record],
+            }),
+        }
+    }
+    machines
+}
+
+/// The timed lines (not memory lines) of one machine that belong on `device`'s tables:
+/// PyTorch runs on the CPU, so its numbers are the peers of every CPU backend.
+pub fn timed<'a>(machine: &MachineLines<'a>, device: &str) -> Vec<&'a Record> {
+    machine
+        .records
+        .iter()
+        .copied()
+        .filter(|r| r.device == device || (r.implementation == "torch" && r.device == "cpu"))
+        .filter(|r| r.peak_rss_mib.is_none())
+        .collect()
+}
+
+/// The report of every machine, as Markdown.
+pub fn render(records: &[Record], device: &str) -> String {
+    let mut out = String::new();
+    for machine in by_machine(records) {
+        render_machine(&mut out, &machine, device).expect("writing to a String cannot fail");
+    }
+    out
+}
+
+fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) -> fmt::Result {
+    writeln!(out, "### {}\n", machine.cpu)?;
+    let mut features: Vec<&str> = Vec::new();
+    let mut threads: Vec<usize> = Vec::new();
+    for r in &machine.records {
+        for f in &r.cpu_features {
+            if !features.contains(&f.as_str()) {
+                features.push(f);
+            }
+        }
+        threads.push(r.threads);
+    }
+    threads.sort_unstable();
+    threads.dedup();
+    let features = if features.is_empty() {
+        "none recorded".to_string()
+    } else {
+        features.join(", ")
+    };
+    let threads: Vec<String> = threads.iter().map(usize::to_string).collect();
+    writeln!(
+        out,
+        "Instruction sets: {features}; threads: {}.\n",
+        threads.join(", ")
+    )?;
+
+    let timed = timed(machine, device);
+    let table = medians(&timed);
+    let runs = timed
+        .iter()
+        .filter(|r| r.implementation == "attn" && r.case == "auto" && r.pass == "forward")
+        .fold(BTreeMap::<usize, usize>::new(), |mut m, r| {
+            *m.entry(r.seq_len).or_default() += 1;
+            m
+        });
+    writeln!(
+        out,
+        "Runs per size (attn/auto/forward on {device}): {runs:?}\n"
+    )?;
+    for pass in ["forward", "forward_backward"] {
+        attention_table(out, &table, pass, device)?;
+        layer_table(out, &table, "mha", pass, device)?;
+        layer_table(out, &table, "encoder_block", pass, device)?;
+    }
+    for r in timed.iter().filter(|r| r.case == "train_step") {
+        writeln!(
+            out,
+            "One training step of the toy model (batch {}, seq_len {}, {} heads of {}) on {device}: {} ms median over {} steps\n",
+            r.batch,
+            r.seq_len,
+            r.n_heads,
+            r.d_head,
+            ms(r.median_ms),
+            r.reps
+        )?;
+    }
+    let memory: Vec<&Record> = machine
+        .records
+        .iter()
+        .copied()
+        .filter(|r| r.peak_rss_mib.is_some() || r.error.is_some())
+        .collect();
+    memory_table(out, &memory)
+}
+
+/// Each case's median over its runs' medians.
+pub fn medians(records: &[&Record]) -> Table {
+    let mut runs: BTreeMap<(String, String, String, usize), Vec<f64>> = BTreeMap::new();
+    for r in records {
+        if let Some(ms) = r.median_ms {
+            runs.entry((
+                r.implementation.clone(),
+                r.case.clone(),
+                r.pass.clone(),
+                r.seq_len,
+            ))
+            .or_default()
+            .push(ms);
+        }
+    }
+    runs.into_iter()
+        .filter_map(|(key, times)| median(&times).map(|m| (key, m)))
+        .collect()
+}
+
+/// The median milliseconds of a case at `seq_len`, if measured.
+pub fn lookup(
+    table: &Table,
+    implementation: &str,
+    case: &str,
+    pass: &str,
+    seq_len: usize,
+) -> Option<f64> {
+    table
+        .get(&(
+            implementation.to_string(),
+            case.to_string(),
+            pass.to_string(),
+            seq_len,
+        ))
+        .copied()
+}
+
+/// The sequence lengths measured for `pass` (the training step, at its own size, has its line).
+pub fn sizes_in(table: &Table, pass: &str) -> Vec<usize> {
+    let mut sizes: Vec<usize> = table
+        .keys()
+        .filter(|k| k.2 == pass && k.1 != "train_step")
+        .map(|k| k.3)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or("—".to_string(), |v| {
+        if v >= 100.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.2}")
+        }
+    })
+}
+
+/// `peer / ours`: above 1 means ours is faster.
+fn ratio(ours: Option<f64>, peer: Option<f64>) -> String {
+    ours.zip(peer)
+        .map_or("—".to_string(), |(o, p)| format!("{:.2}×", p / o))
+}
+
+fn attention_table(out: &mut String, table: &Table, pass: &str, device: &str) -> fmt::Result {
+    let sizes = sizes_in(table, pass);
+    if sizes.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "#### Attention {pass}, `[1, 8, s, 64]`, {device}, median ms\n"
+    )?;
+    writeln!(
+        out,
+        "| s | attn auto | attn explicit | attn chunked | attn fused | attn native | burn `module::attention` | PyTorch SDPA | auto vs burn | auto vs PyTorch | best attn vs PyTorch |"
+    )?;
+    writeln!(
+        out,
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )?;
+    for s in sizes {
+        let ours = |case| lookup(table, "attn", case, pass, s);
+        let auto = ours("auto");
+        let best = ["explicit", "chunked", "fused", "native", "auto"]
+            .into_iter()
+            .filter_map(ours)
+            .reduce(f64::min);
+        let burn = lookup(table, "burn", "module_attention", pass, s);
+        let torch = lookup(table, "torch", "sdpa", pass, s);
+        writeln!(
+            out,
+            "| {s} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            ms(auto),
+            ms(ours("explicit")),
+            ms(ours("chunked")),
+            ms(ours("fused")),
+            ms(ours("native")),
+            ms(burn),
+            ms(torch),
+            ratio(auto, burn),
+            ratio(auto, torch),
+            ratio(best, torch),
+        )?;
+    }
+    writeln!(out)
+}
+
+fn layer_table(
+    out: &mut String,
+    table: &Table,
+    case: &str,
+    pass: &str,
+    device: &str,
+) -> fmt::Result {
+    let sizes: Vec<usize> = sizes_in(table, pass)
+        .into_iter()
+        .filter(|&s| {
+            ["attn", "burn"]
+                .iter()
+                .any(|i| lookup(table, i, case, pass, s).is_some())
+        })
+        .collect();
+    if sizes.is_empty() {
+        return Ok(());
+    }
+    let (title, burn_name, torch_name) = match case {
+        "mha" => (
+            "Multi-head attention",
+            "`nn::MultiHeadAttention`",
+            "`nn.MultiheadAttention`",
+        ),
+        _ => (
+            "Encoder block",
+            "`nn::transformer::TransformerEncoder` (1 layer)",
+            "`nn.TransformerEncoderLayer`",
+        ),
+    };
+    writeln!(
+        out,
+        "#### {title} {pass}, `[1, s, 512]`, 8 heads, {device}, median ms\n"
+    )?;
+    writeln!(
+        out,
+        "| s | attn | burn {burn_name} | PyTorch {torch_name} | attn vs burn | attn vs PyTorch |"
+    )?;
+    writeln!(out, "|---:|---:|---:|---:|---:|---:|")?;
+    for s in sizes {
+        let attn = lookup(table, "attn", case, pass, s);
+        let burn = lookup(table, "burn", case, pass, s);
+        let torch = lookup(table, "torch", case, pass, s);
+        writeln!(
+            out,
+            "| {s} | {} | {} | {} | {} | {} |",
+            ms(attn),
+            ms(burn),
+            ms(torch),
+            ratio(attn, burn),
+            ratio(attn, torch)
+        )?;
+    }
+    writeln!(out)
+}
+
+fn memory_table(out: &mut String, records: &[&Record]) -> fmt::Result {
+    if records.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "#### Peak resident memory (VmHWM), `[1, 8, s, 64]`, one process per case\n"
+    )?;
+    writeln!(
+        out,
+        "| case | device | s | peak MiB | before the case MiB | growth MiB | one `[s, s]` score matrix MiB | time ms |"
+    )?;
+    writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|")?;
+    for r in records {
+        let scores_mib =
+            (r.batch * r.n_heads * r.seq_len * r.seq_len * 4) as f64 / (1024.0 * 1024.0);
+        let growth = r.peak_rss_mib.zip(r.baseline_rss_mib).map(|(p, b)| p - b);
+        let number = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.0}"));
+        let peak = match &r.error {
+            Some(e) => format!("failed: {e}"),
+            None => number(r.peak_rss_mib),
+        };
+        writeln!(
+            out,
+            "| {} | {} | {} | {peak} | {} | {} | {scores_mib:.0} | {} |",
+            r.id(),
+            r.device,
+            r.seq_len,
+            number(r.baseline_rss_mib),
+            number(growth),
+            number(r.median_ms),
+        )?;
+    }
+    writeln!(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(implementation: &str, case: &str, cpu: &str, median_ms: f64) -> Record {
+        let json = format!(
+            r#"{{"impl":"{implementation}","case":"{case}","pass":"forward","device":"{}","batch":1,"n_heads":8,"seq_len":512,"d_head":64,"threads":2,"cpu":"{cpu}","cpu_features":["avx2"],"reps":5,"median_ms":{median_ms},"min_ms":{median_ms},"gflops":null,"peak_rss_mib":null}}"#,
+            if implementation == "torch" {
+                "cpu"
+            } else {
+                "flex"
+            }
+        );
+        serde_json::from_str(&json).expect("a valid line")
+    }
+
+    #[test]
+    fn each_machine_gets_its_own_tables() {
+        let records = [
+            line("attn", "auto", "CPU A", 2.0),
+            line("torch", "sdpa", "CPU B", 3.0),
+            line("burn", "module_attention", "CPU A", 6.0),
+        ];
+        let report = render(&records, "flex");
+        let a = report.find("### CPU A").expect("CPU A has a heading");
+        let b = report.find("### CPU B").expect("CPU B has a heading");
+        assert!(a < b, "machines in the order they appear:\n{report}");
+        let (part_a, part_b) = report.split_at(b);
+        // On machine A: auto 2.00, burn 6.00, no PyTorch; 3.00× against burn.
+        assert!(
+            part_a.contains("| 512 | 2.00 | — | — | — | — | 6.00 | — | 3.00× | — | — |"),
+            "{part_a}"
+        );
+        // PyTorch's line is on machine B alone: never a ratio with A's numbers.
+        assert!(
+            part_b.contains("| 512 | — | — | — | — | — | — | 3.00 | — | — | — |"),
+            "{part_b}"
+        );
+    }
+
+    #[test]
+    fn lines_without_a_machine_form_one_group() {
+        let mut old = line("attn", "auto", "x", 2.0);
+        let mut json: serde_json::Value = serde_json::to_value(&old).expect("a record is JSON");
+        let object = json.as_object_mut().expect("a record is an object");
+        object.remove("cpu");
+        object.remove("cpu_features");
+        old = serde_json::from_value(json).expect("old lines load");
+        let peer = Record {
+            implementation: "torch".into(),
+            case: "sdpa".into(),
+            device: "cpu".into(),
+            median_ms: Some(3.0),
+            ..old.clone()
+        };
+        let machines = by_machine(std::slice::from_ref(&old));
+        assert_eq!(machines.len(), 1);
+        let report = render(&[old, peer], "flex");
+        assert!(report.starts_with("### unknown machine\n"), "{report}");
+        assert!(report.contains("Instruction sets: none recorded; threads: 2."));
+        assert!(report.contains("| 1.50× | 1.50× |"), "{report}");
+    }
+
+    #[test]
+    fn medians_are_of_the_runs_medians() {
+        let records = [
+            line("attn", "auto", "A", 1.0),
+            line("attn", "auto", "A", 5.0),
+            line("attn", "auto", "A", 2.0),
+        ];
+        let refs: Vec<&Record> = records.iter().collect();
+        let table = medians(&refs);
+        assert_eq!(lookup(&table, "attn", "auto", "forward", 512), Some(2.0));
+        assert_eq!(sizes_in(&table, "forward"), vec![512]);
+        assert_eq!(sizes_in(&table, "forward_backward"), Vec::<usize>::new());
+    }
+}

@@ -1,0 +1,166 @@
+//! How a case is timed: one warm-up run (allocator pools, GPU kernel compilation), then runs
+//! until the case has both a minimum number of runs and a minimum time; the line reports the
+//! median.
+//! The device is synchronised before the clock stops, so lazy backends are timed in full.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow};
+use burn::tensor::{Device, Tensor};
+
+use crate::cases::{Case, Pass, Step};
+use crate::record::Record;
+
+/// How long each case runs: until it has `min_reps` runs and `target` time, but never past
+/// `max_reps` runs or (once it has 3 runs) `max_time`.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// Runs a case always gets (unless `max_time` passes after 3).
+    pub min_reps: usize,
+    /// Runs a case never exceeds.
+    pub max_reps: usize,
+    /// Time a case gets once it has `min_reps` runs.
+    pub target: Duration,
+    /// Time after which a case with 3 runs stops.
+    pub max_time: Duration,
+}
+
+/// The budget of a full run.
+pub const FULL: Budget = Budget {
+    min_reps: 5,
+    max_reps: 200,
+    target: Duration::from_secs(2),
+    max_time: Duration::from_secs(20),
+};
+
+/// The budget of the short set.
+pub const QUICK: Budget = Budget {
+    min_reps: 3,
+    max_reps: 50,
+    target: Duration::from_millis(250),
+    max_time: Duration::from_secs(3),
+};
+
+/// Times one case on `device` and returns its line; a failure to prepare or run the case
+/// becomes the line's `error`.
+pub fn time_case(
+    case: &Case,
+    pass: Pass,
+    device: &Device,
+    device_name: &str,
+    seq_len: usize,
+    budget: &Budget,
+) -> Record {
+    let record = Record::new(case, pass, device_name, seq_len);
+    let times = case
+        .prepare(pass, device, seq_len)
+        .and_then(|mut step| measure(&mut step, budget));
+    match times {
+        Ok(times) => record.with_times(case, pass, &times),
+        Err(e) => Record {
+            error: Some(format!("{e:#}")),
+            ..record
+        },
+    }
+}
+
+/// Times `step`: one warm-up run, then runs until the budget says stop. Milliseconds.
+///
+/// # Errors
+/// The first error of a run.
+pub fn measure(step: &mut Step, budget: &Budget) -> Result<Vec<f64>> {
+    step()?;
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < budget.max_reps {
+        let clock = Instant::now();
+        step()?;
+        times.push(clock.elapsed().as_secs_f64() * 1e3);
+        let spent = start.elapsed();
+        if (times.len() >= budget.min_reps && spent >= budget.target)
+            || (times.len() >= 3 && spent >= budget.max_time)
+        {
+            break;
+        }
+    }
+    Ok(times)
+}
+
+/// Waits for the device to finish the run's work (lazy backends would otherwise stop the clock
+/// early), then lets the result go.
+///
+/// The result is summed and the sum read back first: a lazy backend that fuses operations
+/// could otherwise skip work whose output nobody reads. The sum reads the output once, which
+/// is small next to the attention that made it.
+///
+/// # Errors
+/// When reading the result back or synchronising the device fails (a lazy backend reports a
+/// failed allocation only here).
+pub fn finish<const D: usize>(device: &Device, result: Tensor<D>) -> Result<()> {
+    let total = result
+        .sum()
+        .try_into_data()
+        .map_err(|e| anyhow!("reading the result back failed: {e:?}"))?;
+    device
+        .sync()
+        .map_err(|e| anyhow!("device sync failed: {e:?}"))?;
+    drop(total);
+    Ok(())
+}
+
+/// The median, the mean of the middle two for an even count; `None` for no values.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_even_and_no_values() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn measure_warms_up_once_then_stops_at_the_budget() {
+        let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+        let counter = calls.clone();
+        let mut step: Step = Box::new(move || {
+            counter.set(counter.get() + 1);
+            Ok(())
+        });
+        // A zero target: the minimum number of runs ends it.
+        let budget = Budget {
+            min_reps: 5,
+            max_reps: 7,
+            target: Duration::ZERO,
+            max_time: Duration::from_secs(60),
+        };
+        let times = measure(&mut step, &budget).expect("the step never fails");
+        assert_eq!(times.len(), 5);
+        assert_eq!(calls.get(), 6, "one warm-up run is not timed");
+        // An unreachable target: the maximum number of runs ends it.
+        let budget = Budget {
+            target: Duration::from_secs(3600),
+            ..budget
+        };
+        assert_eq!(measure(&mut step, &budget).expect("never fails").len(), 7);
+    }
+
+    #[test]
+    fn measure_passes_on_the_first_error() {
+        let mut step: Step = Box::new(|| Err(anyhow!("out of memory")));
+        let error = measure(&mut step, &QUICK).expect_err("the step fails");
+        assert_eq!(error.to_string(), "out of memory");
+    }
+}

@@ -1,0 +1,133 @@
+//! The `attn-bench` program end to end: the case list, a timed line and a memory line (through
+//! the hidden child subcommand) at a tiny size, and the report of the result files kept in
+//! `benches/results/`, which must still print the tables of `docs/benchmarks.md`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn attn_bench(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_attn-bench"))
+        .args(args)
+        .output()
+        .expect("the program starts");
+    assert!(
+        output.status.success(),
+        "attn-bench {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("the output is UTF-8")
+}
+
+fn results(file: &str) -> String {
+    let path: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "..",
+        "..",
+        "benches",
+        "results",
+        file,
+    ]
+    .iter()
+    .collect();
+    path.to_str().expect("the path is UTF-8").to_string()
+}
+
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("`{l}`: {e}")))
+        .collect()
+}
+
+#[test]
+fn the_list_has_every_case() {
+    let stdout = attn_bench(&["--list"]);
+    let ids: Vec<&str> = stdout.lines().collect();
+    assert_eq!(ids.len(), 21, "{stdout}");
+    assert!(ids.contains(&"attn/native/forward_backward"));
+    assert!(ids.contains(&"attn/train_step/forward_backward"));
+    assert!(!ids.contains(&"attn/train_step/forward"));
+}
+
+#[test]
+fn a_timed_line_names_its_machine() {
+    let stdout = attn_bench(&[
+        "--json",
+        "--quick",
+        "--device",
+        "flex",
+        "--sizes",
+        "5",
+        "--cases",
+        "chunked/forward",
+    ]);
+    let lines = json_lines(&stdout);
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let line = &lines[0];
+    assert_eq!(line["impl"], "attn");
+    assert_eq!(line["case"], "chunked");
+    assert_eq!(line["pass"], "forward");
+    assert_eq!(line["seq_len"], 5);
+    assert!(
+        line["median_ms"].as_f64().is_some_and(|ms| ms > 0.0),
+        "{line}"
+    );
+    assert!(
+        line["cpu"].as_str().is_some_and(|cpu| !cpu.is_empty()),
+        "{line}"
+    );
+    assert!(line["cpu_features"].is_array(), "{line}");
+    assert!(line["threads"].as_u64().is_some_and(|n| n >= 1), "{line}");
+}
+
+#[test]
+fn a_memory_line_comes_from_a_child_process() {
+    let stdout = attn_bench(&[
+        "--json",
+        "--memory",
+        "--device",
+        "flex",
+        "--sizes",
+        "5",
+        "--cases",
+        "attn/chunked/forward_backward",
+    ]);
+    let lines = json_lines(&stdout);
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let line = &lines[0];
+    assert_eq!(line.get("error"), None, "{line}");
+    let peak = line["peak_rss_mib"].as_f64().expect("a peak");
+    let before = line["baseline_rss_mib"].as_f64().expect("a baseline");
+    assert!(peak >= before && before > 0.0, "{line}");
+    assert_eq!(line["reps"], 1);
+}
+
+#[test]
+fn the_kept_results_still_print_the_documented_tables() {
+    let report = attn_bench(&["report", &results("run5.jsonl"), &results("torch5.jsonl")]);
+    // Lines written before lines named their machine form one machine.
+    assert!(report.starts_with("### unknown machine\n"), "{report}");
+    let headings = report.lines().filter(|l| l.starts_with("### ")).count();
+    assert_eq!(headings, 1, "{report}");
+    // Rows of docs/benchmarks.md, "Results (flex)".
+    for row in [
+        "| 2048 | 29.25 | 199 | 30.49 | 116 | 29.74 | 112 | 46.04 | 3.81× | 1.57× | 1.57× |",
+        "| 4096 | 162 | 885 | 386 | 5.46× | 2.38× |",
+        "| 128 | 1.17 | 3.00 | 1.18 | 2.93 | 1.17 | 2.61 | 1.11 | 2.23× | 0.95× | 0.95× |",
+        "| 4096 | 843 | 3032 | 1046 | 3.60× | 1.24× |",
+    ] {
+        assert!(report.contains(row), "no `{row}` in\n{report}");
+    }
+    assert!(
+        report.contains("on flex: 12.15 ms median over 160 steps"),
+        "{report}"
+    );
+
+    let memory = attn_bench(&["report", &results("memory-flash.jsonl")]);
+    assert!(
+        memory.contains("| attn/chunked/forward_backward | flex | 16384 | 334 | 101 | 232 |"),
+        "{memory}"
+    );
+}
