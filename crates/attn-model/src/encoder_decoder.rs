@@ -24,7 +24,7 @@ use crate::cache::{KvCache, MemoryCache};
 use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, NormPlacement};
 use crate::error::{ModelError, check_nonzero};
 use crate::feed_forward::Activation;
-use crate::token_decoder::{TokenDecoder, TokenDecoderConfig, TokenEmbedding, check_tokens};
+use crate::token_decoder::{TokenDecoder, TokenDecoderConfig, TokenEmbedding};
 
 /// Configuration of an [`EncoderDecoder`].
 ///
@@ -189,7 +189,6 @@ impl EncoderDecoder {
         padding: Option<Tensor<2, Bool>>,
     ) -> Result<Memory, ModelError> {
         let [batch, seq_len_kv] = source.dims();
-        check_tokens(&source, self.src_vocab)?;
         if let Some(padding) = &padding {
             check_shape("source padding", &[batch, seq_len_kv], &padding.dims())?;
         }
@@ -257,6 +256,11 @@ impl EncoderDecoder {
         memory: &MemoryCache,
     ) -> Result<Tensor<3>, ModelError> {
         self.target.run_step(target, cache, Some(memory))
+    }
+
+    /// Source vocabulary size.
+    pub fn src_vocab(&self) -> usize {
+        self.src_vocab
     }
 
     /// The target side.

@@ -15,7 +15,7 @@
 //! is greedy decoding.
 
 use burn::config::Config;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -156,7 +156,7 @@ impl Prompt {
     ///
     /// let prompt = Prompt::from_sequences(&[vec![5, 6, 7], vec![8]], 0, &Device::flex());
     /// assert_eq!(prompt.left_pad(), [0, 2]);
-    /// let ids = prompt.tokens().clone().into_data().to_vec::<i64>().unwrap();
+    /// let ids = prompt.tokens().clone().into_data().convert::<i64>().to_vec::<i64>().unwrap();
     /// assert_eq!(ids, [5, 6, 7, 0, 0, 8]);
     /// ```
     pub fn from_sequences(sequences: &[Vec<i64>], pad_token: i64, device: &Device) -> Self {
@@ -443,7 +443,7 @@ impl EncoderDecoder {
     pub fn generate(
         &self,
         source: Tensor<2, Int>,
-        source_padding: Option<burn::tensor::Tensor<2, burn::tensor::Bool>>,
+        source_padding: Option<Tensor<2, Bool>>,
         prompt: impl Into<Prompt>,
         config: GenerateConfig,
     ) -> Result<Generation<'_>, ModelError> {

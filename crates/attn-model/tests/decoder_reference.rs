@@ -296,7 +296,7 @@ fn prompt(device: &Device) -> Prompt {
 fn extended(prompt: &Prompt, generated: &[Vec<i64>]) -> Tensor<2, Int> {
     let [batch, seq_len] = prompt.tokens().dims();
     let steps = generated[0].len();
-    let prompt_ids = prompt.tokens().clone().into_data().to_vec::<i64>().expect("ids");
+    let prompt_ids = prompt.tokens().clone().into_data().convert::<i64>().to_vec::<i64>().expect("ids");
     let ids: Vec<i64> = (0..batch)
         .flat_map(|b| {
             prompt_ids[b * seq_len..(b + 1) * seq_len]
@@ -334,7 +334,7 @@ fn greedy_generation_is_the_argmax_of_a_full_forward_at_each_step() {
                 let last = full.narrow(1, seq_len - 1, 1).reshape([BATCH, vocab]);
                 let logits = step.logits.expect("kept");
                 assert_tensors_close(logits, last.clone(), 1e-5, 1e-4, &format!("{pos:?}: step {i}"));
-                let want = last.argmax(1).into_data().to_vec::<i64>().expect("ids");
+                let want = last.argmax(1).into_data().convert::<i64>().to_vec::<i64>().expect("ids");
                 for (b, token) in step.tokens.into_iter().enumerate() {
                     let token = token.expect("no stop tokens");
                     assert_eq!(token, want[b], "{pos:?}: step {i}, sequence {b}");
@@ -451,6 +451,7 @@ fn encoder_decoder_greedy_generation_equals_full_recomputation() {
                     .reshape([BATCH, vocab])
                     .argmax(1)
                     .into_data()
+                    .convert::<i64>()
                     .to_vec::<i64>()
                     .expect("ids");
                 let got: Vec<i64> = generated.iter().map(|g| g[step]).collect();
