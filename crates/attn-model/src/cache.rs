@@ -532,8 +532,11 @@ mod tests {
             let mut cache = cache(10, Some(3), &d.device);
             cache.filled = 2;
             let plan = cache.plan(2, 4, None, &d.device).expect("fits");
-            let new = Tensor::<1>::from_floats([10.0, 11.0, 12.0, 13.0, 20.0, 21.0, 22.0, 23.0], &d.device)
-                .reshape([2, 1, 4, 1]); // [batch, n_kv_heads, seq_len, d_head]
+            let new = Tensor::<1>::from_floats(
+                [10.0, 11.0, 12.0, 13.0, 20.0, 21.0, 22.0, 23.0],
+                &d.device,
+            )
+            .reshape([2, 1, 4, 1]); // [batch, n_kv_heads, seq_len, d_head]
             let layer = &mut cache.layers[0];
             let (k, _) = layer.append(new.clone(), new, &plan);
             // Attended: the three old slots (zeros) then the four new keys.
@@ -557,7 +560,7 @@ mod tests {
             .mask(&[2], &keys, true, &device)
             .expect("window masks")
             .into_data()
-            .to_vec()
+            .try_to_vec()
             .expect("bool");
         // Window 2: position 0 is out for both; sequence 1 also pads it.
         assert_eq!(mask, [true, false, false, true, false, false]);

@@ -322,17 +322,14 @@ impl DecoderBlock {
             Ok((out.output, out.weights))
         })?;
         let (x, cross_weights) = match (&self.cross_attention, &self.norm_cross, memory) {
-            (Some(cross), Some(norm), Some((memory, padding))) => {
-                self.residual(x, norm, |x| {
-                    let mut attend =
-                        MhaInput::cross_attention(x, memory).with_weights(need_weights);
-                    if let Some(padding) = padding {
-                        attend = attend.with_padding(padding);
-                    }
-                    let out = cross.try_forward(attend)?;
-                    Ok((out.output, out.weights))
-                })?
-            }
+            (Some(cross), Some(norm), Some((memory, padding))) => self.residual(x, norm, |x| {
+                let mut attend = MhaInput::cross_attention(x, memory).with_weights(need_weights);
+                if let Some(padding) = padding {
+                    attend = attend.with_padding(padding);
+                }
+                let out = cross.try_forward(attend)?;
+                Ok((out.output, out.weights))
+            })?,
             _ => (x, None),
         };
         let (x, ()) =
@@ -364,14 +361,8 @@ impl DecoderBlock {
             let q = attention.queries(x.clone(), plan.offset); // [batch, n_heads, seq_len, d_head]
             let (k, v) = attention.keys_values(x, plan.offset); // [batch, n_kv_heads, seq_len, d_head]
             let (k, v) = kv.append(k, v, plan); // [batch, n_kv_heads, seq_len_kv, d_head]
-            let out = attention.try_attend(
-                q,
-                k,
-                v,
-                plan.mask.clone(),
-                plan.causal,
-                plan.bias.clone(),
-            )?;
+            let out =
+                attention.try_attend(q, k, v, plan.mask.clone(), plan.causal, plan.bias.clone())?;
             Ok((out, ()))
         })?;
         let (x, ()) = match (&self.cross_attention, &self.norm_cross, memory) {
@@ -682,13 +673,7 @@ impl Decoder {
         let mut x = input.x.clone();
         let mut weights = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {
-            let (y, w) = layer.run(
-                DecoderInput {
-                    x,
-                    ..input.clone()
-                },
-                need_weights,
-            )?;
+            let (y, w) = layer.run(DecoderInput { x, ..input.clone() }, need_weights)?;
             x = y;
             weights.push(w);
         }
@@ -789,8 +774,8 @@ mod tests {
                 .expect("valid");
             let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
             let memory = rng.tensor([BATCH, MEMORY_LEN, D_MEMORY], &d.device);
-            let padding =
-                attn_core::padding_mask_from_lengths(&[4, 2, 3], MEMORY_LEN, &d.device).expect("fit");
+            let padding = attn_core::padding_mask_from_lengths(&[4, 2, 3], MEMORY_LEN, &d.device)
+                .expect("fit");
             let input = DecoderInput::new(x).with_memory(memory, Some(padding));
             let (out, weights) = block
                 .forward_with_weights(input.clone())
@@ -815,7 +800,9 @@ mod tests {
         let device = Device::flex();
         let mut rng = SeededRng::new(62);
         let x = rng.tensor([1, 2, D_MODEL], &device);
-        let with_cross = block_config(NormPlacement::Post).init(&device).expect("valid");
+        let with_cross = block_config(NormPlacement::Post)
+            .init(&device)
+            .expect("valid");
         let err = with_cross
             .try_forward(DecoderInput::new(x.clone()))
             .expect_err("no memory");
@@ -845,23 +832,27 @@ mod tests {
                 },
             ] {
                 let mut rng = SeededRng::new(63);
-                let decoder = DecoderConfig::new(2, block_config(NormPlacement::Post).with_pos(pos.clone()))
-                    .with_final_norm(true)
-                    .init(&d.device)
-                    .expect("valid");
+                let decoder =
+                    DecoderConfig::new(2, block_config(NormPlacement::Post).with_pos(pos.clone()))
+                        .with_final_norm(true)
+                        .init(&d.device)
+                        .expect("valid");
                 let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
                 let memory = rng.tensor([BATCH, MEMORY_LEN, D_MEMORY], &d.device);
-                let padding = attn_core::padding_mask_from_lengths(&[4, 2, 3], MEMORY_LEN, &d.device)
-                    .expect("fit");
+                let padding =
+                    attn_core::padding_mask_from_lengths(&[4, 2, 3], MEMORY_LEN, &d.device)
+                        .expect("fit");
                 let full = decoder.forward(
                     DecoderInput::new(x.clone()).with_memory(memory.clone(), Some(padding.clone())),
                 );
                 let memory = decoder.memory_cache(memory, Some(padding)).expect("fits");
                 let mut cache = decoder.new_cache(BATCH, SEQ_LEN, None).expect("valid");
                 // A prompt of two tokens, then one token at a time.
-                let mut steps = vec![decoder
-                    .try_step(x.clone().narrow(1, 0, 2), &mut cache, Some(&memory))
-                    .expect("fits")];
+                let mut steps = vec![
+                    decoder
+                        .try_step(x.clone().narrow(1, 0, 2), &mut cache, Some(&memory))
+                        .expect("fits"),
+                ];
                 for t in 2..SEQ_LEN {
                     steps.push(
                         decoder

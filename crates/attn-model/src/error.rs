@@ -141,9 +141,7 @@ pub enum ModelError {
         got_d_head: usize,
     },
     /// A left padding longer than the sequence it pads.
-    #[error(
-        "sequence {batch_index} has {left_pad} padding tokens but only {seq_len} slots"
-    )]
+    #[error("sequence {batch_index} has {left_pad} padding tokens but only {seq_len} slots")]
     PaddingTooLong {
         /// Which sequence of the batch.
         batch_index: usize,

@@ -156,7 +156,7 @@ impl Prompt {
     ///
     /// let prompt = Prompt::from_sequences(&[vec![5, 6, 7], vec![8]], 0, &Device::flex());
     /// assert_eq!(prompt.left_pad(), [0, 2]);
-    /// let ids = prompt.tokens().clone().into_data().convert::<i64>().to_vec::<i64>().unwrap();
+    /// let ids = prompt.tokens().clone().into_data().convert::<i64>().try_to_vec::<i64>().unwrap();
     /// assert_eq!(ids, [5, 6, 7, 0, 0, 8]);
     /// ```
     pub fn from_sequences(sequences: &[Vec<i64>], pad_token: i64, device: &Device) -> Self {
@@ -280,7 +280,7 @@ impl<'a> Generation<'a> {
         let rows = logits
             .to_data()
             .convert::<f32>()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .expect("float logits read back as f32");
         let mut tokens = Vec::with_capacity(batch);
         let mut fed = Vec::with_capacity(batch);

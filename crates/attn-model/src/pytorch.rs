@@ -203,8 +203,7 @@ impl DecoderBlock {
     /// [`ModelError::UnexpectedTensor`] for cross-attention weights given to a block without
     /// cross-attention.
     pub fn load_pytorch(mut self, weights: TorchDecoderLayer) -> Result<Self, ModelError> {
-        self.self_attention =
-            load_attention(self.self_attention, weights.self_attn, "self_attn.")?;
+        self.self_attention = load_attention(self.self_attention, weights.self_attn, "self_attn.")?;
         self.norm_self = load_norm(self.norm_self, weights.norm1, "norm1")?;
         match (self.cross_attention.take(), self.norm_cross.take()) {
             (Some(cross), Some(norm)) => {

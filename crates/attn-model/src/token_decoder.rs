@@ -460,8 +460,13 @@ impl TokenDecoder {
         match &self.head {
             Some(head) => head.forward(x), // [batch, seq_len, vocab]
             None => {
+                let [batch, _, d_model] = x.dims();
                 let table = self.embedding.embedding.weight.val(); // [vocab, d_model]
-                x.matmul(table.transpose().unsqueeze::<3>()) // [batch, seq_len, vocab]
+                let table = table
+                    .transpose() // [d_model, vocab]
+                    .unsqueeze::<3>() // [1, d_model, vocab]
+                    .expand([batch, d_model, self.vocab]); // [batch, d_model, vocab]
+                x.matmul(table) // [batch, seq_len, vocab]
             }
         }
     }

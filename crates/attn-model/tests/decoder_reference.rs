@@ -8,9 +8,9 @@
 use std::path::PathBuf;
 
 use attn_model::{
-    Activation, AlibiForm, DecoderBlockConfig, DecoderInput, EncoderDecoderConfig,
-    GenerateConfig, ModelError, NormPlacement, PositionalScheme, Prompt, RotaryPairing,
-    Sampling, StateDict, TokenDecoder, TokenDecoderConfig,
+    Activation, AlibiForm, DecoderBlockConfig, DecoderInput, EncoderDecoderConfig, GenerateConfig,
+    ModelError, NormPlacement, PositionalScheme, Prompt, RotaryPairing, Sampling, StateDict,
+    TokenDecoder, TokenDecoderConfig,
 };
 use attn_testing::{
     ATOL, RTOL, RefTensor, SeededRng, assert_close, assert_tensors_close, for_each_device, to_vec,
@@ -61,7 +61,11 @@ fn decoder_layer_matches_pytorch_in_both_cases() {
     let path = data_dir().join("decoder_layer.json");
     let text = std::fs::read_to_string(&path).expect("reference file");
     let file: DecoderFile = serde_json::from_str(&text).expect("reference JSON");
-    assert!(file.source.contains("TransformerDecoderLayer"), "{}", file.source);
+    assert!(
+        file.source.contains("TransformerDecoderLayer"),
+        "{}",
+        file.source
+    );
     let names: Vec<&str> = file.cases.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["relu_post_norm", "gelu_pre_norm"]);
     for_each_device(|d| {
@@ -97,8 +101,13 @@ fn decoder_layer_matches_pytorch_in_both_cases() {
             // Sequence 1's last two memory keys are padding: no head gives them weight.
             let cross = weights.cross_attention.expect("cross-attention weights");
             let [_, n_heads, seq_len, seq_len_kv] = cross.dims();
-            let padded = to_vec(cross.slice([1..2, 0..n_heads, 0..seq_len, seq_len_kv - 2..seq_len_kv]));
-            assert!(padded.iter().all(|w| *w == 0.0), "{}: {padded:?}", case.name);
+            let padded =
+                to_vec(cross.slice([1..2, 0..n_heads, 0..seq_len, seq_len_kv - 2..seq_len_kv]));
+            assert!(
+                padded.iter().all(|w| *w == 0.0),
+                "{}: {padded:?}",
+                case.name
+            );
         }
     });
 }
@@ -129,7 +138,12 @@ fn config(pos: PositionalScheme) -> TokenDecoderConfig {
     TokenDecoderConfig::new(VOCAB, D_MODEL, N_HEADS, N_LAYERS, D_FF, pos).with_dropout(0.0)
 }
 
-fn random_tokens(rng: &mut SeededRng, batch: usize, seq_len: usize, device: &Device) -> Tensor<2, Int> {
+fn random_tokens(
+    rng: &mut SeededRng,
+    batch: usize,
+    seq_len: usize,
+    device: &Device,
+) -> Tensor<2, Int> {
     let ids: Vec<i64> = (0..batch * seq_len)
         .map(|_| rng.range(0, VOCAB - 1) as i64)
         .collect();
@@ -158,7 +172,13 @@ fn check_steps_against_full_recomputation(
             .try_forward(prefix, Some(&LEFT_PAD))
             .expect("prefix fits")
             .narrow(1, start, len); // [batch, len, vocab]
-        assert_tensors_close(cached, full, 1e-5, 1e-4, &format!("{what}: slots {start}..{}", start + len));
+        assert_tensors_close(
+            cached,
+            full,
+            1e-5,
+            1e-4,
+            &format!("{what}: slots {start}..{}", start + len),
+        );
         start += len;
         assert_eq!(cache.filled(), start);
     }
@@ -177,7 +197,12 @@ fn cached_decoding_equals_full_recomputation_for_every_scheme_with_a_padded_batc
                 .expect("valid");
             let tokens = random_tokens(&mut rng, BATCH, SEQ_LEN, &d.device);
             // A prompt longer than every padding, then one token at a time, then two.
-            check_steps_against_full_recomputation(&model, &tokens, &[4, 1, 2], &format!("{pos:?}"));
+            check_steps_against_full_recomputation(
+                &model,
+                &tokens,
+                &[4, 1, 2],
+                &format!("{pos:?}"),
+            );
         }
     });
 }
@@ -189,7 +214,9 @@ fn a_left_padded_sequence_gets_the_logits_it_gets_alone() {
             let mut rng = SeededRng::new(72);
             let model = config(pos.clone()).init(&d.device).expect("valid");
             let tokens = random_tokens(&mut rng, BATCH, SEQ_LEN, &d.device);
-            let padded = model.try_forward(tokens.clone(), Some(&LEFT_PAD)).expect("fits");
+            let padded = model
+                .try_forward(tokens.clone(), Some(&LEFT_PAD))
+                .expect("fits");
             for (b, &pad) in LEFT_PAD.iter().enumerate() {
                 let alone = model.forward(tokens.clone().slice([b..b + 1, pad..SEQ_LEN]));
                 let [_, _, vocab] = alone.dims();
@@ -234,10 +261,21 @@ fn rolling_cache_equals_full_attention_with_the_sliding_window_mask() {
                 .init(&d.device)
                 .expect("valid")
                 .load_record(model.clone().into_record());
-            let a = to_vec(model.try_forward(tokens.clone(), Some(&LEFT_PAD)).expect("fits"));
-            let b = to_vec(unlimited.try_forward(tokens, Some(&LEFT_PAD)).expect("fits"));
+            let a = to_vec(
+                model
+                    .try_forward(tokens.clone(), Some(&LEFT_PAD))
+                    .expect("fits"),
+            );
+            let b = to_vec(
+                unlimited
+                    .try_forward(tokens, Some(&LEFT_PAD))
+                    .expect("fits"),
+            );
             let (diff, _) = attn_testing::max_abs_diff(&a, &b);
-            assert!(diff > 1e-3, "{pos:?}: the window changes the logits ({diff})");
+            assert!(
+                diff > 1e-3,
+                "{pos:?}: the window changes the logits ({diff})"
+            );
         }
     });
 }
@@ -246,7 +284,9 @@ fn rolling_cache_equals_full_attention_with_the_sliding_window_mask() {
 fn cache_capacity_and_batch_errors_name_the_numbers() {
     for_each_device(|d| {
         let mut rng = SeededRng::new(74);
-        let model = config(PositionalScheme::rotary()).init(&d.device).expect("valid");
+        let model = config(PositionalScheme::rotary())
+            .init(&d.device)
+            .expect("valid");
         let mut cache = model.new_cache(BATCH, 4, None).expect("valid");
         model
             .try_step(random_tokens(&mut rng, BATCH, 3, &d.device), &mut cache)
@@ -255,7 +295,14 @@ fn cache_capacity_and_batch_errors_name_the_numbers() {
             .try_step(random_tokens(&mut rng, BATCH, 2, &d.device), &mut cache)
             .expect_err("5 > 4");
         assert!(
-            matches!(err, ModelError::CacheFull { capacity: 4, filled: 3, new: 2 }),
+            matches!(
+                err,
+                ModelError::CacheFull {
+                    capacity: 4,
+                    filled: 3,
+                    new: 2
+                }
+            ),
             "{err}"
         );
         assert_eq!(
@@ -266,7 +313,13 @@ fn cache_capacity_and_batch_errors_name_the_numbers() {
             .try_step(random_tokens(&mut rng, 2, 1, &d.device), &mut cache)
             .expect_err("batch 2");
         assert!(
-            matches!(err, ModelError::CacheBatchMismatch { expected: 3, got: 2 }),
+            matches!(
+                err,
+                ModelError::CacheBatchMismatch {
+                    expected: 3,
+                    got: 2
+                }
+            ),
             "{err}"
         );
         assert_eq!(
@@ -281,8 +334,13 @@ fn cache_capacity_and_batch_errors_name_the_numbers() {
         let err = model
             .new_cache(BATCH, 4, Some(&[0, 5, 1]))
             .expect_err("padding 5 > 4");
-        assert_eq!(err.to_string(), "sequence 1 has 5 padding tokens but only 4 slots");
-        let err = model.new_cache(BATCH, 4, Some(&[0, 1])).expect_err("two entries");
+        assert_eq!(
+            err.to_string(),
+            "sequence 1 has 5 padding tokens but only 4 slots"
+        );
+        let err = model
+            .new_cache(BATCH, 4, Some(&[0, 1]))
+            .expect_err("two entries");
         assert_eq!(err.to_string(), "left_pad has 2 entries for a batch of 3");
     });
 }
@@ -296,7 +354,13 @@ fn prompt(device: &Device) -> Prompt {
 fn extended(prompt: &Prompt, generated: &[Vec<i64>]) -> Tensor<2, Int> {
     let [batch, seq_len] = prompt.tokens().dims();
     let steps = generated[0].len();
-    let prompt_ids = prompt.tokens().clone().into_data().convert::<i64>().to_vec::<i64>().expect("ids");
+    let prompt_ids = prompt
+        .tokens()
+        .clone()
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .expect("ids");
     let ids: Vec<i64> = (0..batch)
         .flat_map(|b| {
             prompt_ids[b * seq_len..(b + 1) * seq_len]
@@ -315,12 +379,19 @@ fn extended(prompt: &Prompt, generated: &[Vec<i64>]) -> Tensor<2, Int> {
 #[test]
 fn greedy_generation_is_the_argmax_of_a_full_forward_at_each_step() {
     for_each_device(|d| {
-        for pos in [PositionalScheme::sinusoidal(), PositionalScheme::rotary(), PositionalScheme::alibi_causal()] {
+        for pos in [
+            PositionalScheme::sinusoidal(),
+            PositionalScheme::rotary(),
+            PositionalScheme::alibi_causal(),
+        ] {
             let model = config(pos.clone()).init(&d.device).expect("valid");
             let prompt = prompt(&d.device);
             let left_pad = prompt.left_pad();
             let steps: Vec<_> = model
-                .generate(prompt.clone(), GenerateConfig::new(5).with_keep_logits(true))
+                .generate(
+                    prompt.clone(),
+                    GenerateConfig::new(5).with_keep_logits(true),
+                )
                 .expect("starts")
                 .collect::<Result<_, _>>()
                 .expect("every step runs");
@@ -333,8 +404,19 @@ fn greedy_generation_is_the_argmax_of_a_full_forward_at_each_step() {
                 let [_, seq_len, vocab] = full.dims();
                 let last = full.narrow(1, seq_len - 1, 1).reshape([BATCH, vocab]);
                 let logits = step.logits.expect("kept");
-                assert_tensors_close(logits, last.clone(), 1e-5, 1e-4, &format!("{pos:?}: step {i}"));
-                let want = last.argmax(1).into_data().convert::<i64>().to_vec::<i64>().expect("ids");
+                assert_tensors_close(
+                    logits,
+                    last.clone(),
+                    1e-5,
+                    1e-4,
+                    &format!("{pos:?}: step {i}"),
+                );
+                let want = last
+                    .argmax(1)
+                    .into_data()
+                    .convert::<i64>()
+                    .try_to_vec::<i64>()
+                    .expect("ids");
                 for (b, token) in step.tokens.into_iter().enumerate() {
                     let token = token.expect("no stop tokens");
                     assert_eq!(token, want[b], "{pos:?}: step {i}, sequence {b}");
@@ -348,12 +430,16 @@ fn greedy_generation_is_the_argmax_of_a_full_forward_at_each_step() {
 #[test]
 fn seeded_sampling_is_reproducible_and_top_k_one_is_greedy() {
     for_each_device(|d| {
-        let model = config(PositionalScheme::rotary()).init(&d.device).expect("valid");
+        let model = config(PositionalScheme::rotary())
+            .init(&d.device)
+            .expect("valid");
         let run = |sampling: Sampling, seed: u64| {
             model
                 .generate(
                     prompt(&d.device),
-                    GenerateConfig::new(8).with_sampling(sampling).with_seed(seed),
+                    GenerateConfig::new(8)
+                        .with_sampling(sampling)
+                        .with_seed(seed),
                 )
                 .expect("starts")
                 .tokens()
@@ -367,7 +453,10 @@ fn seeded_sampling_is_reproducible_and_top_k_one_is_greedy() {
         let first = run(nucleus.clone(), 5);
         assert_eq!(run(nucleus.clone(), 5), first, "same seed, same tokens");
         let others: Vec<_> = (6..10).map(|seed| run(nucleus.clone(), seed)).collect();
-        assert!(others.iter().any(|o| *o != first), "other seeds draw other tokens");
+        assert!(
+            others.iter().any(|o| *o != first),
+            "other seeds draw other tokens"
+        );
         let greedy = run(Sampling::Greedy, 0);
         let top_1 = Sampling::Sample {
             temperature: 0.7,
@@ -381,7 +470,9 @@ fn seeded_sampling_is_reproducible_and_top_k_one_is_greedy() {
 #[test]
 fn stop_tokens_end_each_sequence_after_it_is_produced() {
     for_each_device(|d| {
-        let model = config(PositionalScheme::sinusoidal()).init(&d.device).expect("valid");
+        let model = config(PositionalScheme::sinusoidal())
+            .init(&d.device)
+            .expect("valid");
         let greedy = model
             .generate(prompt(&d.device), GenerateConfig::new(6))
             .expect("starts")
@@ -397,14 +488,20 @@ fn stop_tokens_end_each_sequence_after_it_is_produced() {
             .tokens()
             .expect("runs");
         for (b, (full, cut)) in greedy.iter().zip(&stopped).enumerate() {
-            let end = full.iter().position(|t| *t == stop).map_or(full.len(), |i| i + 1);
+            let end = full
+                .iter()
+                .position(|t| *t == stop)
+                .map_or(full.len(), |i| i + 1);
             assert_eq!(cut[..], full[..end], "sequence {b}");
         }
         assert!(stopped[0].len() <= 3, "{stopped:?}");
         // Every sequence stopped: the iterator ends early.
         let all = greedy.iter().map(|s| s[0]).collect::<Vec<_>>();
         let steps = model
-            .generate(prompt(&d.device), GenerateConfig::new(6).with_stop_tokens(all))
+            .generate(
+                prompt(&d.device),
+                GenerateConfig::new(6).with_stop_tokens(all),
+            )
             .expect("starts")
             .count();
         assert_eq!(steps, 1);
@@ -414,12 +511,16 @@ fn stop_tokens_end_each_sequence_after_it_is_produced() {
 #[test]
 fn encoder_decoder_greedy_generation_equals_full_recomputation() {
     for_each_device(|d| {
-        for pos in [PositionalScheme::learned(12), PositionalScheme::rotary_half_split()] {
+        for pos in [
+            PositionalScheme::learned(12),
+            PositionalScheme::rotary_half_split(),
+        ] {
             let mut rng = SeededRng::new(75);
-            let model = EncoderDecoderConfig::new(13, VOCAB, D_MODEL, N_HEADS, N_LAYERS, D_FF, pos.clone())
-                .with_dropout(0.0)
-                .init(&d.device)
-                .expect("valid");
+            let model =
+                EncoderDecoderConfig::new(13, VOCAB, D_MODEL, N_HEADS, N_LAYERS, D_FF, pos.clone())
+                    .with_dropout(0.0)
+                    .init(&d.device)
+                    .expect("valid");
             let source = random_tokens(&mut rng, BATCH, 6, &d.device);
             let source_padding = attn_core::padding_mask_from_lengths(&[6, 4, 5], 6, &d.device)
                 .expect("lengths fit");
@@ -452,7 +553,7 @@ fn encoder_decoder_greedy_generation_equals_full_recomputation() {
                     .argmax(1)
                     .into_data()
                     .convert::<i64>()
-                    .to_vec::<i64>()
+                    .try_to_vec::<i64>()
                     .expect("ids");
                 let got: Vec<i64> = generated.iter().map(|g| g[step]).collect();
                 assert_eq!(got, want, "{pos:?}: step {step}");
