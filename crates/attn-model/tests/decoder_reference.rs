@@ -178,7 +178,7 @@ fn check_steps_against_full_recomputation(
             cached,
             full,
             1e-5,
-            1e-4,
+            0.0,
             &format!("{what}: slots {start}..{}", start + len),
         );
         start += len;
@@ -410,7 +410,7 @@ fn greedy_generation_is_the_argmax_of_a_full_forward_at_each_step() {
                     logits,
                     last.clone(),
                     1e-5,
-                    1e-4,
+                    0.0,
                     &format!("{pos:?}: step {i}"),
                 );
                 let want = last
