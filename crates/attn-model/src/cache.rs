@@ -481,7 +481,28 @@ pub struct MemoryCache {
     pub(crate) seq_len_kv: usize,
 }
 
+/// One layer's share of a [`MemoryCache`].
+///
+/// # Shapes
+/// - `k`, `v`: `[batch, n_kv_heads, seq_len_kv, d_head]`; `mask`: `[batch, 1, 1, seq_len_kv]`
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LayerMemory<'a> {
+    pub(crate) k: &'a Tensor<4>,
+    pub(crate) v: &'a Tensor<4>,
+    pub(crate) mask: Option<&'a Tensor<4, Bool>>,
+}
+
 impl MemoryCache {
+    /// Layer `i`'s keys and values and the mask.
+    pub(crate) fn layer(&self, i: usize) -> LayerMemory<'_> {
+        let (k, v) = &self.layers[i];
+        LayerMemory {
+            k,
+            v,
+            mask: self.mask.as_ref(),
+        }
+    }
+
     /// Sequences in the batch.
     pub fn batch(&self) -> usize {
         self.batch

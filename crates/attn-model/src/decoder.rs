@@ -32,7 +32,7 @@ use burn::tensor::{Bool, Device, Tensor};
 use crate::attention::{
     MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, NeedWeights, check_shape,
 };
-use crate::cache::{KvCache, LayerKv, MemoryCache, StepPlan, window_mask};
+use crate::cache::{KvCache, LayerKv, LayerMemory, MemoryCache, StepPlan, window_mask};
 use crate::encoder::NormPlacement;
 use crate::error::{ModelError, check_epsilon, check_nonzero};
 use crate::feed_forward::{Activation, FeedForward, FeedForwardConfig};
@@ -346,15 +346,14 @@ impl DecoderBlock {
     ///
     /// # Shapes
     /// - `x`: `[batch, seq_len, d_model]`, the new tokens only
-    /// - `memory`: one layer's cross-attention keys and values `[batch, n_kv_heads,
-    ///   seq_len_kv, d_head]` and the memory mask `[batch, 1, 1, seq_len_kv]`
+    /// - `memory`: this layer's cross-attention keys and values (see [`LayerMemory`])
     /// - returns: `[batch, seq_len, d_model]`
     pub(crate) fn step(
         &self,
         x: Tensor<3>,
         kv: &mut LayerKv,
         plan: &StepPlan,
-        memory: Option<(&(Tensor<4>, Tensor<4>), Option<&Tensor<4, Bool>>)>,
+        memory: Option<LayerMemory<'_>>,
     ) -> Result<Tensor<3>, ModelError> {
         let attention = &self.self_attention;
         let (x, ()) = self.residual(x, &self.norm_self, |x| {
@@ -366,9 +365,10 @@ impl DecoderBlock {
             Ok((out, ()))
         })?;
         let (x, ()) = match (&self.cross_attention, &self.norm_cross, memory) {
-            (Some(cross), Some(norm), Some(((k, v), mask))) => self.residual(x, norm, |x| {
+            (Some(cross), Some(norm), Some(memory)) => self.residual(x, norm, |x| {
                 let q = cross.queries(x, 0); // [batch, n_heads, seq_len, d_head]
-                let out = cross.try_attend(q, k.clone(), v.clone(), mask.cloned(), None, None)?;
+                let (k, v) = (memory.k.clone(), memory.v.clone());
+                let out = cross.try_attend(q, k, v, memory.mask.cloned(), None, None)?;
                 Ok((out, ()))
             })?,
             (Some(_), _, None) => return Err(missing_memory()),
@@ -638,7 +638,7 @@ impl Decoder {
         let plan = cache.plan(batch, seq_len, alibi, &x.device())?;
         let mut x = x;
         for (i, (layer, kv)) in self.layers.iter().zip(cache.layers_mut()).enumerate() {
-            let memory = memory.map(|m| (&m.layers[i], m.mask.as_ref()));
+            let memory = memory.map(|m| m.layer(i));
             x = layer.step(x, kv, &plan, memory)?;
         }
         cache.advance(&plan);

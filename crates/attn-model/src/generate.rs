@@ -202,7 +202,7 @@ pub struct GeneratedStep {
 #[derive(Debug)]
 enum Source<'a> {
     Decoder(&'a TokenDecoder),
-    EncoderDecoder(&'a EncoderDecoder, MemoryCache),
+    EncoderDecoder(&'a EncoderDecoder, Box<MemoryCache>),
 }
 
 impl Source<'_> {
@@ -450,7 +450,7 @@ impl EncoderDecoder {
         let memory = self.try_encode(source, source_padding)?;
         let memory = self.memory_cache(&memory)?;
         Generation::start(
-            Source::EncoderDecoder(self, memory),
+            Source::EncoderDecoder(self, Box::new(memory)),
             |batch, capacity, left_pad| self.new_cache(batch, capacity, Some(left_pad)),
             prompt.into(),
             config,
