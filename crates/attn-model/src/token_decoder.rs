@@ -471,3 +471,72 @@ impl TokenDecoder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_testing::{ATOL, RTOL, SeededRng, assert_tensors_close, for_each_device};
+    use burn::module::Param;
+    use burn::tensor::TensorData;
+
+    const VOCAB: usize = 11;
+    const D_MODEL: usize = 12;
+
+    fn config(tie_embeddings: bool) -> TokenDecoderConfig {
+        TokenDecoderConfig::new(VOCAB, D_MODEL, 3, 2, 7, PositionalScheme::sinusoidal())
+            .with_dropout(0.0)
+            .with_tie_embeddings(tie_embeddings)
+    }
+
+    #[test]
+    fn a_tied_head_is_the_transposed_embedding_table() {
+        for_each_device(|d| {
+            let mut rng = SeededRng::new(81);
+            let mut untied = config(false).init(&d.device).expect("valid");
+            let mut tied = config(true).init(&d.device).expect("valid");
+            assert!(tied.ties_embeddings() && !untied.ties_embeddings());
+            assert_eq!(untied.num_params() - tied.num_params(), VOCAB * D_MODEL);
+            // The same model with W_head set to Eᵀ by hand.
+            let table = untied.embedding.embedding.weight.val(); // [vocab, d_model]
+            untied.head.as_mut().expect("untied").weight = Param::from_tensor(table.transpose());
+            tied.embedding = untied.embedding.clone();
+            tied.decoder = untied.decoder.clone();
+            let ids: Vec<i64> = (0..3 * 5).map(|_| rng.range(0, VOCAB - 1) as i64).collect();
+            let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [3, 5]), &d.device);
+            assert_tensors_close(
+                tied.forward(tokens.clone()),
+                untied.forward(tokens),
+                ATOL,
+                RTOL,
+                "x · Eᵀ",
+            );
+        });
+    }
+
+    #[test]
+    fn config_errors_come_before_any_tensor() {
+        let err = TokenDecoderConfig::new(0, D_MODEL, 3, 2, 7, PositionalScheme::None)
+            .validate()
+            .expect_err("vocab 0");
+        assert!(matches!(err, ModelError::ZeroSize { what: "vocab" }));
+        let err = config(false)
+            .with_window(Some(0))
+            .validate()
+            .expect_err("window 0");
+        assert!(matches!(err, ModelError::ZeroSize { what: "window" }));
+        let err = TokenDecoderConfig::new(VOCAB, D_MODEL, 3, 0, 7, PositionalScheme::None)
+            .validate()
+            .expect_err("no layers");
+        assert!(matches!(err, ModelError::ZeroSize { what: "n_layers" }));
+        let err = TokenDecoderConfig::new(VOCAB, D_MODEL, 5, 2, 7, PositionalScheme::None)
+            .validate()
+            .expect_err("12 / 5");
+        assert!(matches!(
+            err,
+            ModelError::HeadsDoNotDivide {
+                d_model: 12,
+                n_heads: 5
+            }
+        ));
+    }
+}
