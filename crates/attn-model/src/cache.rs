@@ -20,7 +20,8 @@
 //! burn-ndarray's does the same through `ArcArray::into_owned`. So the cache keeps each
 //! buffer in an `Option` that a step takes out (never clones) before writing, and the narrowed
 //! view a step attends over, which shares the buffer, is dropped before the next write.
-//! No step concatenates the cache.
+//! The cache is never concatenated to grow (the one concatenation, below, is bounded by the
+//! window).
 //!
 //! Batches of different lengths are **left-padded**: sequence `b` starts with `left_pad[b]`
 //! padding slots, so every sequence's next token goes to the same slot and one `slice_assign`
