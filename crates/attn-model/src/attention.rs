@@ -348,6 +348,84 @@ impl MultiHeadAttention {
         self.w_k.weight.shape().dims::<2>()[0]
     }
 
+    /// Queries split into heads, rotated as positions `offset..offset + seq_len` when the
+    /// scheme is rotary: the first half of a cached step (see `crate::cache`).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq_len, d_model]`
+    /// - returns: `[batch, n_heads, seq_len, d_head]`
+    pub(crate) fn queries(&self, x: Tensor<3>, offset: usize) -> Tensor<4> {
+        let q = project_heads(&self.w_q, x, self.n_heads); // [batch, n_heads, seq_len, d_head]
+        match &self.position {
+            AttentionPosition::Rotary(rotary) => rotary.apply(q, offset),
+            _ => q,
+        }
+    }
+
+    /// Keys and values split into heads, keys rotated as positions `offset..offset + seq_len`
+    /// when the scheme is rotary: what a key/value cache stores.
+    ///
+    /// # Shapes
+    /// - `context`: `[batch, seq_len, d_context]`
+    /// - returns: two `[batch, n_kv_heads, seq_len, d_head]`
+    pub(crate) fn keys_values(&self, context: Tensor<3>, offset: usize) -> (Tensor<4>, Tensor<4>) {
+        let k = project_heads(&self.w_k, context.clone(), self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
+        let v = project_heads(&self.w_v, context, self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
+        let k = match &self.position {
+            AttentionPosition::Rotary(rotary) => rotary.apply(k, offset),
+            _ => k,
+        };
+        (k, v)
+    }
+
+    /// The ALiBi form when the scheme biases the scores.
+    pub(crate) fn alibi_form(&self) -> Option<AlibiForm> {
+        match self.position {
+            AttentionPosition::Alibi(form) => Some(form),
+            _ => None,
+        }
+    }
+
+    /// Width of one head.
+    pub(crate) fn d_head(&self) -> usize {
+        self.d_model() / self.n_heads
+    }
+
+    /// Attention over keys and values already projected (and rotated), then `W_O`: the second
+    /// half of a cached step. The caller supplies the mask and the ALiBi bias, since only it
+    /// knows where the cached keys sit.
+    ///
+    /// # Shapes
+    /// - `q`: `[batch, n_heads, seq_len_q, d_head]`
+    /// - `k`, `v`: `[batch, n_kv_heads, seq_len_kv, d_head]`
+    /// - `mask`, `bias`: broadcast to `[batch, n_heads, seq_len_q, seq_len_kv]`
+    /// - returns: `[batch, seq_len_q, d_model]`
+    pub(crate) fn try_attend(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        mask: Option<Tensor<4, Bool>>,
+        causal: Option<CausalAlignment>,
+        bias: Option<Tensor<4>>,
+    ) -> Result<Tensor<3>, ModelError> {
+        let training = self.dropout.training.is_enabled();
+        let mut options = AttentionOptions::new()
+            .with_dropout(if training { self.dropout.prob } else { 0.0 })
+            .with_strategy(self.strategy);
+        if let Some(mask) = mask {
+            options = options.with_mask(mask);
+        }
+        if let Some(alignment) = causal {
+            options = options.with_causal(alignment);
+        }
+        if let Some(bias) = bias {
+            options = options.with_bias(bias);
+        }
+        let attended = try_scaled_dot_product_attention(q, k, v, &options)?;
+        Ok(self.w_o.forward(merge_heads(attended.context))) // [batch, seq_len_q, d_model]
+    }
+
     /// Rotates queries and keys by their positions when the scheme is rotary
     /// (Su et al. 2021): positions count from 0 in both the query and the context sequence.
     fn rotate(&self, q: Tensor<4>, k: Tensor<4>) -> (Tensor<4>, Tensor<4>) {

@@ -99,6 +99,80 @@ pub enum ModelError {
         /// The longest length accepted.
         max_len: usize,
     },
+    /// A decoding step that would write past the end of the key/value cache.
+    #[error(
+        "the key/value cache holds {capacity} tokens per sequence; {filled} are written and \
+         this step adds {new}"
+    )]
+    CacheFull {
+        /// Tokens per sequence the cache was made for.
+        capacity: usize,
+        /// Tokens per sequence already written.
+        filled: usize,
+        /// Tokens per sequence this step brings.
+        new: usize,
+    },
+    /// A decoding step whose batch is not the one the cache was made for.
+    #[error("the key/value cache was made for a batch of {expected}, the step has {got}")]
+    CacheBatchMismatch {
+        /// Sequences the cache holds.
+        expected: usize,
+        /// Sequences the step brings.
+        got: usize,
+    },
+    /// A cache that belongs to another model: its layer count or key/value shape differs.
+    #[error(
+        "the key/value cache has {got_layers} layers of [{got_n_kv_heads} kv heads, d_head \
+         {got_d_head}], the decoder has {expected_layers} of [{expected_n_kv_heads}, \
+         {expected_d_head}]"
+    )]
+    CacheShape {
+        /// The decoder's layer count.
+        expected_layers: usize,
+        /// The decoder's key/value heads.
+        expected_n_kv_heads: usize,
+        /// The decoder's head width.
+        expected_d_head: usize,
+        /// The cache's layer count.
+        got_layers: usize,
+        /// The cache's key/value heads.
+        got_n_kv_heads: usize,
+        /// The cache's head width.
+        got_d_head: usize,
+    },
+    /// A left padding longer than the sequence it pads.
+    #[error("sequence {batch_index} has {left_pad} padding tokens but only {seq_len} slots")]
+    PaddingTooLong {
+        /// Which sequence of the batch.
+        batch_index: usize,
+        /// Its leading padding tokens.
+        left_pad: usize,
+        /// Slots available.
+        seq_len: usize,
+    },
+    /// A list with one entry per sequence whose length is not the batch size.
+    #[error("{what} has {got} entries for a batch of {batch}")]
+    PerSequenceMismatch {
+        /// Which list.
+        what: &'static str,
+        /// The batch size.
+        batch: usize,
+        /// Its length.
+        got: usize,
+    },
+    /// A decoder that attends to memory was run without one, or one without was given one.
+    #[error("{0}")]
+    MemoryMismatch(&'static str),
+    /// A sampling setting outside its range.
+    #[error("{what} must be {range}, got {value}")]
+    InvalidSampling {
+        /// `"temperature"`, `"top_k"` or `"top_p"`.
+        what: &'static str,
+        /// The range it must lie in.
+        range: &'static str,
+        /// The value given.
+        value: f64,
+    },
     /// Attention itself refused the shapes or options.
     #[error("attention: {0}")]
     Attention(#[from] AttentionError),

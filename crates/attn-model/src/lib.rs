@@ -1,6 +1,11 @@
-//! Transformer modules on burn: multi-head attention, the feed-forward network, encoder blocks
-//! and stacks, and the token classifier the training crate uses, each as
+//! Transformer modules on burn: multi-head attention, the feed-forward network, encoder and
+//! decoder blocks and stacks, the token classifier the training crate uses, a decoder-only
+//! language model and the encoder-decoder, each as
 //! `XConfig` → `validate()` → `init(&device)` → `X` → `forward`.
+//!
+//! Decoding goes through a [`KvCache`]: each step projects only its new tokens and attends
+//! over the keys and values already cached ([`TokenDecoder::try_step`]), and
+//! [`TokenDecoder::generate`] runs greedy or sampled generation on top of it.
 //!
 //! Attention itself is `attn-core`'s (any [`Strategy`](attn_core::Strategy)); positions are
 //! `attn-pos`'s ([`PositionalScheme`]). This crate never picks a backend: every module lives on
@@ -34,20 +39,33 @@
 //! ```
 
 mod attention;
+mod cache;
+mod decoder;
 mod encoder;
+mod encoder_decoder;
 mod error;
 mod feed_forward;
+mod generate;
 pub mod pytorch;
+mod token_decoder;
 mod token_encoder;
 
 pub use attention::{
     MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig, NeedWeights,
 };
 pub use attn_pos::{AlibiForm, PositionalScheme, RotaryPairing};
+pub use cache::{KvCache, MemoryCache};
+pub use decoder::{
+    Decoder, DecoderBlock, DecoderBlockConfig, DecoderConfig, DecoderInput, DecoderWeights,
+};
 pub use encoder::{Encoder, EncoderBlock, EncoderBlockConfig, EncoderConfig, NormPlacement};
+pub use encoder_decoder::{EncoderDecoder, EncoderDecoderConfig, Memory};
 pub use error::ModelError;
 pub use feed_forward::{Activation, FeedForward, FeedForwardConfig};
+pub use generate::{GenerateConfig, GeneratedStep, Generation, Prompt, Sampling};
 pub use pytorch::{
-    StateDict, TorchEncoderLayer, TorchLayerNorm, TorchLinear, TorchMultiheadAttention,
+    StateDict, TorchDecoderLayer, TorchEncoderLayer, TorchLayerNorm, TorchLinear,
+    TorchMultiheadAttention,
 };
+pub use token_decoder::{TokenDecoder, TokenDecoderConfig, TokenEmbedding};
 pub use token_encoder::{TokenEncoder, TokenEncoderConfig};

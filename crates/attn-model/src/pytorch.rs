@@ -16,6 +16,12 @@
 //! configured like the PyTorch layer (`norm_first` → [`NormPlacement`](crate::NormPlacement),
 //! `activation`, `layer_norm_eps`, `nhead`).
 //!
+//! `nn.TransformerDecoderLayer` loads into [`DecoderBlock`] the same way, with its own names:
+//! `self_attn.*` (causal self-attention), `multihead_attn.*` (cross-attention over the
+//! memory), `linear1.*`, `linear2.*`, and `norm1.*` (around self-attention, `norm_self`),
+//! `norm2.*` (around cross-attention, `norm_cross`), `norm3.*` (around the feed-forward,
+//! `norm_ff`).
+//!
 //! ```no_run
 //! use attn_model::{EncoderBlockConfig, StateDict};
 //! use burn::tensor::Device;
@@ -40,6 +46,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use safetensors::{Dtype, SafeTensors};
 
 use crate::attention::MultiHeadAttention;
+use crate::decoder::DecoderBlock;
 use crate::encoder::{Encoder, EncoderBlock};
 use crate::error::ModelError;
 
@@ -122,6 +129,25 @@ pub struct TorchEncoderLayer {
     pub norm2: TorchLayerNorm,
 }
 
+/// A PyTorch `nn.TransformerDecoderLayer`'s parameters.
+#[derive(Clone, Debug)]
+pub struct TorchDecoderLayer {
+    /// `self_attn`: causal self-attention.
+    pub self_attn: TorchMultiheadAttention,
+    /// `multihead_attn`: cross-attention over the memory.
+    pub multihead_attn: TorchMultiheadAttention,
+    /// `linear1`: `W_1`, `[d_ff, d_model]`.
+    pub linear1: TorchLinear,
+    /// `linear2`: `W_2`, `[d_model, d_ff]`.
+    pub linear2: TorchLinear,
+    /// `norm1`: the LayerNorm around self-attention.
+    pub norm1: TorchLayerNorm,
+    /// `norm2`: the LayerNorm around cross-attention.
+    pub norm2: TorchLayerNorm,
+    /// `norm3`: the LayerNorm around the feed-forward network.
+    pub norm3: TorchLayerNorm,
+}
+
 impl MultiHeadAttention {
     /// Sets every parameter from PyTorch tensors, transposing the weights.
     ///
@@ -164,6 +190,58 @@ impl EncoderBlock {
         prefix: &str,
     ) -> Result<Self, ModelError> {
         let weights = dict.encoder_layer(&self, prefix)?;
+        self.load_pytorch(weights)
+    }
+}
+
+impl DecoderBlock {
+    /// Sets every parameter from a PyTorch `TransformerDecoderLayer`'s tensors.
+    ///
+    /// # Errors
+    /// As [`MultiHeadAttention::load_pytorch`], naming tensors as PyTorch does
+    /// (`multihead_attn.out_proj.weight`, `norm3.bias`, ...);
+    /// [`ModelError::UnexpectedTensor`] for cross-attention weights given to a block without
+    /// cross-attention.
+    pub fn load_pytorch(mut self, weights: TorchDecoderLayer) -> Result<Self, ModelError> {
+        self.self_attention = load_attention(self.self_attention, weights.self_attn, "self_attn.")?;
+        self.norm_self = load_norm(self.norm_self, weights.norm1, "norm1")?;
+        match (self.cross_attention.take(), self.norm_cross.take()) {
+            (Some(cross), Some(norm)) => {
+                self.cross_attention = Some(load_attention(
+                    cross,
+                    weights.multihead_attn,
+                    "multihead_attn.",
+                )?);
+                self.norm_cross = Some(load_norm(norm, weights.norm2, "norm2")?);
+            }
+            _ => {
+                return Err(ModelError::UnexpectedTensor {
+                    name: "multihead_attn.in_proj_weight".into(),
+                });
+            }
+        }
+        self.feed_forward.expand =
+            load_linear(self.feed_forward.expand, weights.linear1, "linear1")?;
+        self.feed_forward.contract =
+            load_linear(self.feed_forward.contract, weights.linear2, "linear2")?;
+        self.norm_ff = load_norm(self.norm_ff, weights.norm3, "norm3")?;
+        Ok(self)
+    }
+
+    /// Sets every parameter from a PyTorch `TransformerDecoderLayer` `state_dict`, whose names
+    /// start with `prefix` (`""` for a layer saved alone, `"layers.3."` inside a
+    /// `TransformerDecoder`).
+    ///
+    /// # Errors
+    /// [`ModelError::MissingTensor`], [`ModelError::TensorShape`], [`ModelError::TensorDtype`],
+    /// each naming the tensor; [`ModelError::UnexpectedTensor`] for a block without
+    /// cross-attention.
+    pub fn load_pytorch_state_dict(
+        self,
+        dict: &StateDict,
+        prefix: &str,
+    ) -> Result<Self, ModelError> {
+        let weights = dict.decoder_layer(&self, prefix)?;
         self.load_pytorch(weights)
     }
 }
@@ -379,6 +457,44 @@ impl StateDict {
             linear2: self.linear(&format!("{prefix}linear2"), d_model, d_ff, &device)?,
             norm1: self.layer_norm(&format!("{prefix}norm1"), d_model, &device)?,
             norm2: self.layer_norm(&format!("{prefix}norm2"), d_model, &device)?,
+        })
+    }
+
+    /// A `TransformerDecoderLayer`'s tensors under `prefix`, shaped for `block`.
+    ///
+    /// # Errors
+    /// As [`tensor`](Self::tensor); [`ModelError::UnexpectedTensor`] when the block has no
+    /// cross-attention to take `multihead_attn`.
+    pub fn decoder_layer(
+        &self,
+        block: &DecoderBlock,
+        prefix: &str,
+    ) -> Result<TorchDecoderLayer, ModelError> {
+        let device = block.norm_self.gamma.val().device();
+        let d_model = block.d_model();
+        let d_ff = block.feed_forward.d_ff();
+        let cross = block
+            .cross_attention
+            .as_ref()
+            .ok_or_else(|| ModelError::UnexpectedTensor {
+                name: format!("{prefix}multihead_attn.in_proj_weight"),
+            })?;
+        Ok(TorchDecoderLayer {
+            self_attn: self.multihead_attention(
+                &block.self_attention,
+                &format!("{prefix}self_attn"),
+                &device,
+            )?,
+            multihead_attn: self.multihead_attention(
+                cross,
+                &format!("{prefix}multihead_attn"),
+                &device,
+            )?,
+            linear1: self.linear(&format!("{prefix}linear1"), d_ff, d_model, &device)?,
+            linear2: self.linear(&format!("{prefix}linear2"), d_model, d_ff, &device)?,
+            norm1: self.layer_norm(&format!("{prefix}norm1"), d_model, &device)?,
+            norm2: self.layer_norm(&format!("{prefix}norm2"), d_model, &device)?,
+            norm3: self.layer_norm(&format!("{prefix}norm3"), d_model, &device)?,
         })
     }
 

@@ -1,0 +1,275 @@
+//! The paper's whole model (Vaswani et al. 2017, Figure 1): an encoder reads the source, a
+//! decoder writes the target while attending to the encoder's output.
+//!
+//! ```text
+//! memory = Encoder(Embed_src(source))                       source tokens → memory
+//! logits = TokenDecoder(target, cross-attention → memory)   target tokens → logits
+//! ```
+//!
+//! Source sequences of different lengths are right-padded with a padding mask (the encoder
+//! sees both sides, so its positions run from 0 in every sequence); target sequences are
+//! left-padded, as everywhere in decoding. Rotary positions act in both stacks; ALiBi acts
+//! in the encoder in its symmetric form and in the decoder in the form configured. The two
+//! stacks keep separate embedding tables (a shared source-target vocabulary, as in the paper's
+//! byte-pair setup, is not modelled).
+
+use attn_core::Strategy;
+use attn_pos::PositionalScheme;
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Bool, Device, Int, Tensor};
+
+use crate::attention::check_shape;
+use crate::cache::{KvCache, MemoryCache};
+use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, NormPlacement};
+use crate::error::{ModelError, check_nonzero};
+use crate::feed_forward::Activation;
+use crate::token_decoder::{TokenDecoder, TokenDecoderConfig, TokenEmbedding};
+
+/// Configuration of an [`EncoderDecoder`].
+///
+/// ```
+/// use attn_model::{EncoderDecoderConfig, PositionalScheme};
+/// use burn::tensor::{Device, Int, Tensor};
+///
+/// let device = Device::flex();
+/// let model = EncoderDecoderConfig::new(13, 11, 12, 3, 2, 24, PositionalScheme::sinusoidal())
+///     .init(&device)
+///     .unwrap();
+/// let source = Tensor::<2, Int>::from_ints([[1, 2, 3, 4], [5, 6, 0, 0]], &device);
+/// let target = Tensor::<2, Int>::from_ints([[1, 2, 3], [4, 5, 6]], &device);
+/// let logits = model.try_forward(source, None, target, None).unwrap();
+/// assert_eq!(logits.dims(), [2, 3, 11]);
+/// ```
+#[derive(Config, Debug)]
+pub struct EncoderDecoderConfig {
+    /// Source vocabulary size.
+    pub src_vocab: usize,
+    /// Target vocabulary size (the width of the logits).
+    pub tgt_vocab: usize,
+    /// Model width of both stacks.
+    pub d_model: usize,
+    /// Attention heads per layer.
+    pub n_heads: usize,
+    /// Blocks in each stack (6 in the paper).
+    pub n_layers: usize,
+    /// Hidden width of the feed-forward networks.
+    pub d_ff: usize,
+    /// Positions of both stacks.
+    pub pos: PositionalScheme,
+    /// Dropout everywhere while training.
+    #[config(default = 0.1)]
+    pub dropout: f64,
+    /// Post-norm (paper) or pre-norm blocks.
+    #[config(default = "NormPlacement::Post")]
+    pub norm: NormPlacement,
+    /// ReLU (paper) or GELU.
+    #[config(default = "Activation::Relu")]
+    pub activation: Activation,
+    /// Tie the decoder's LM head to its embedding table (paper §3.4 ties all three tables).
+    #[config(default = false)]
+    pub tie_embeddings: bool,
+    /// A LayerNorm after each stack's last block (PyTorch's `nn.Transformer` has both).
+    #[config(default = true)]
+    pub final_norm: bool,
+    /// LayerNorm epsilon.
+    #[config(default = 1e-5)]
+    pub layer_norm_eps: f64,
+    /// How attention is computed.
+    #[config(default = "Strategy::Auto")]
+    pub strategy: Strategy,
+}
+
+impl EncoderDecoderConfig {
+    /// The encoder stack's configuration.
+    pub fn encoder(&self) -> EncoderConfig {
+        let pos = match &self.pos {
+            PositionalScheme::Rotary { .. } => self.pos.clone(),
+            PositionalScheme::Alibi { .. } => PositionalScheme::alibi(),
+            _ => PositionalScheme::None,
+        };
+        let block = EncoderBlockConfig::new(self.d_model, self.n_heads, self.d_ff)
+            .with_dropout(self.dropout)
+            .with_norm(self.norm)
+            .with_activation(self.activation)
+            .with_layer_norm_eps(self.layer_norm_eps)
+            .with_pos(pos)
+            .with_strategy(self.strategy);
+        EncoderConfig::new(self.n_layers, block).with_final_norm(self.final_norm)
+    }
+
+    /// The target side's configuration: a [`TokenDecoder`] with cross-attention.
+    pub fn decoder(&self) -> TokenDecoderConfig {
+        TokenDecoderConfig::new(
+            self.tgt_vocab,
+            self.d_model,
+            self.n_heads,
+            self.n_layers,
+            self.d_ff,
+            self.pos.clone(),
+        )
+        .with_dropout(self.dropout)
+        .with_norm(self.norm)
+        .with_activation(self.activation)
+        .with_tie_embeddings(self.tie_embeddings)
+        .with_final_norm(self.final_norm)
+        .with_cross_attention(true)
+        .with_layer_norm_eps(self.layer_norm_eps)
+        .with_strategy(self.strategy)
+    }
+
+    /// Checks every setting without making a tensor.
+    ///
+    /// # Errors
+    /// [`ModelError::ZeroSize`] for a zero `src_vocab` or `n_layers`, and the errors of
+    /// [`EncoderConfig::validate`] and [`TokenDecoderConfig::validate`].
+    pub fn validate(&self) -> Result<(), ModelError> {
+        check_nonzero("src_vocab", self.src_vocab)?;
+        self.encoder().validate()?;
+        self.decoder().validate()
+    }
+
+    /// Builds the model after [`validate`](Self::validate).
+    ///
+    /// # Errors
+    /// Any error of [`validate`](Self::validate).
+    pub fn init(&self, device: &Device) -> Result<EncoderDecoder, ModelError> {
+        self.validate()?;
+        Ok(EncoderDecoder {
+            source: TokenEmbedding::new(
+                self.src_vocab,
+                self.d_model,
+                &self.pos,
+                self.dropout,
+                true,
+                device,
+            )?,
+            encoder: self.encoder().init(device)?,
+            target: self.decoder().init(device)?,
+            src_vocab: self.src_vocab,
+        })
+    }
+}
+
+/// The encoder's output and its padding, what cross-attention reads.
+#[derive(Clone, Debug)]
+pub struct Memory {
+    /// `[batch, seq_len_kv, d_model]`.
+    pub states: Tensor<3>,
+    /// `[batch, seq_len_kv]`, `true` = padding.
+    pub padding: Option<Tensor<2, Bool>>,
+}
+
+/// Source embedding and encoder, and a target [`TokenDecoder`] whose blocks attend to the
+/// encoder's output.
+#[derive(Module, Debug)]
+pub struct EncoderDecoder {
+    /// Source token embedding and additive positions.
+    pub(crate) source: TokenEmbedding,
+    /// The encoder stack.
+    pub(crate) encoder: Encoder,
+    /// The target side: embedding, decoder with cross-attention, LM head.
+    pub(crate) target: TokenDecoder,
+    src_vocab: usize,
+}
+
+impl EncoderDecoder {
+    /// Encodes the source once.
+    ///
+    /// # Shapes
+    /// - `source`: `[batch, seq_len_kv]`; `padding`: `[batch, seq_len_kv]`, `true` = padding
+    /// - returns: memory `[batch, seq_len_kv, d_model]` with the padding
+    ///
+    /// # Errors
+    /// [`ModelError::TokenOutOfRange`], [`ModelError::ShapeMismatch`] for a padding of the
+    /// wrong shape, [`ModelError::Positional`] for a source past a learned table.
+    pub fn try_encode(
+        &self,
+        source: Tensor<2, Int>,
+        padding: Option<Tensor<2, Bool>>,
+    ) -> Result<Memory, ModelError> {
+        let [batch, seq_len_kv] = source.dims();
+        if let Some(padding) = &padding {
+            check_shape("source padding", &[batch, seq_len_kv], &padding.dims())?;
+        }
+        let x = self.source.forward(source, 0, &vec![0; batch])?; // [batch, seq_len_kv, d_model]
+        let states = self.encoder.try_forward(x, padding.clone())?;
+        Ok(Memory { states, padding })
+    }
+
+    /// Target logits for every position, recomputed from scratch.
+    ///
+    /// # Shapes
+    /// - `source`, `source_padding`: `[batch, seq_len_kv]`
+    /// - `target`: `[batch, seq_len]`, left-padded by `left_pad`
+    /// - returns: `[batch, seq_len, tgt_vocab]`
+    ///
+    /// # Errors
+    /// Those of [`try_encode`](Self::try_encode) and [`TokenDecoder::try_forward`].
+    pub fn try_forward(
+        &self,
+        source: Tensor<2, Int>,
+        source_padding: Option<Tensor<2, Bool>>,
+        target: Tensor<2, Int>,
+        left_pad: Option<&[usize]>,
+    ) -> Result<Tensor<3>, ModelError> {
+        let memory = self.try_encode(source, source_padding)?;
+        self.target
+            .run(target, left_pad, Some((memory.states, memory.padding)))
+    }
+
+    /// Cross-attention keys and values of every decoder layer, projected once from `memory`.
+    ///
+    /// # Errors
+    /// As [`Decoder::memory_cache`](crate::Decoder::memory_cache).
+    pub fn memory_cache(&self, memory: &Memory) -> Result<MemoryCache, ModelError> {
+        self.target
+            .decoder
+            .memory_cache(memory.states.clone(), memory.padding.clone())
+    }
+
+    /// An empty target key/value cache (see [`Decoder::new_cache`](crate::Decoder::new_cache)).
+    ///
+    /// # Errors
+    /// As [`Decoder::new_cache`](crate::Decoder::new_cache).
+    pub fn new_cache(
+        &self,
+        batch: usize,
+        capacity: usize,
+        left_pad: Option<&[usize]>,
+    ) -> Result<KvCache, ModelError> {
+        self.target.new_cache(batch, capacity, left_pad)
+    }
+
+    /// Target logits for the tokens after what `cache` holds, attending to the cached memory.
+    ///
+    /// # Shapes
+    /// - `target`: `[batch, seq_len]`; returns `[batch, seq_len, tgt_vocab]`
+    ///
+    /// # Errors
+    /// As [`TokenDecoder::try_step`]; [`ModelError::CacheBatchMismatch`] for a memory of
+    /// another batch.
+    pub fn try_step(
+        &self,
+        target: Tensor<2, Int>,
+        cache: &mut KvCache,
+        memory: &MemoryCache,
+    ) -> Result<Tensor<3>, ModelError> {
+        self.target.run_step(target, cache, Some(memory))
+    }
+
+    /// Source vocabulary size.
+    pub fn src_vocab(&self) -> usize {
+        self.src_vocab
+    }
+
+    /// The target side.
+    pub fn target(&self) -> &TokenDecoder {
+        &self.target
+    }
+
+    /// The encoder stack.
+    pub fn encoder(&self) -> &Encoder {
+        &self.encoder
+    }
+}
