@@ -719,7 +719,7 @@ fn a_bias_that_needs_gradients_gets_them_from_every_differentiable_strategy() {
     });
 }
 
-/// A problem whose 70 keys span three blocks of 32, with a bias and top-left causality.
+/// `q`, `k`, `v` and a bias for 9 queries and 70 keys: three blocks of 32 keys.
 fn three_block_problem(rng: &mut SeededRng, device: &Device) -> [Tensor<4>; 4] {
     [
         rng.tensor([1, 2, 9, 8], device),

@@ -52,7 +52,7 @@ use burn::tensor::{Device, Tensor};
 
 use crate::PreparedAttention;
 use crate::native::backend_name;
-use crate::native::host::{HostInputs, f32_vec, read_float};
+use crate::native::host::HostInputs;
 
 /// The non-tensor arguments of [`FlashAttentionOps`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -321,6 +321,7 @@ fn native_backward<B: Backend>(
     outputs: [FloatTensor<B>; 3],
     params: FlashParams,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    use crate::native::host::{f32_vec, read_float};
     let (mask, bias) = (mask.into_option(), bias.into_option());
     let host = HostInputs::from_primitives::<B>(q.clone(), k, v, mask, bias);
     let [context, lse, d_context] = outputs.map(|t| f32_vec(read_float::<B>(t)));

@@ -272,6 +272,7 @@ fn slice(data: &TensorData) -> &[f32] {
     data.as_slice::<f32>().expect("floats() made f32 data")
 }
 
+#[cfg(any(feature = "ndarray", feature = "cube"))]
 impl HostInputs<'static> {
     /// The inputs of one backend operation, read back from backend `B` (synchronously: the
     /// CPU backends' reads complete at once).
