@@ -103,8 +103,12 @@ fn every_reference_case_matches_pytorch_on_every_strategy() {
                 let options = case.options(&d.device).with_strategy(strategy);
                 let k = case.k.tensor::<4>(&d.device);
                 assert_eq!(blocks_spanned(k.dims()[2], REFERENCE_BLOCK), 3, "{what}");
-                let out =
-                    scaled_dot_product_attention(case.q.tensor(&d.device), k, case.v.tensor(&d.device), &options);
+                let out = scaled_dot_product_attention(
+                    case.q.tensor(&d.device),
+                    k,
+                    case.v.tensor(&d.device),
+                    &options,
+                );
                 if let Some(route) = forced_route(strategy, &d.device) {
                     assert_eq!(out.route, route, "{what}");
                 }
@@ -487,7 +491,12 @@ fn chunked_gradients_equal_explicit_gradients_on_random_problems() {
             );
             // A bias that needs no gradient leaves chunked on its tensor-operation blocks and
             // their own backward.
-            assert_eq!(route, Route::ChunkedBlocks { block: 2 }, "{} trial {trial}", d.name);
+            assert_eq!(
+                route,
+                Route::ChunkedBlocks { block: 2 },
+                "{} trial {trial}",
+                d.name
+            );
             for ((c, e), name) in chunked.into_iter().zip(explicit).zip(["q", "k", "v"]) {
                 assert_tensors_close(
                     c,
@@ -754,9 +763,20 @@ fn chunked_spans_three_blocks_of_its_tensor_operations_on_every_backend() {
             )
         };
         let out = run(chunked);
-        assert_eq!(out.route, Route::ChunkedBlocks { block: BLOCK }, "{}", d.name);
+        assert_eq!(
+            out.route,
+            Route::ChunkedBlocks { block: BLOCK },
+            "{}",
+            d.name
+        );
         let what = format!("{}: chunked over three blocks vs explicit", d.name);
-        assert_tensors_close(out.context, run(Strategy::Explicit).context, ATOL, RTOL, &what);
+        assert_tensors_close(
+            out.context,
+            run(Strategy::Explicit).context,
+            ATOL,
+            RTOL,
+            &what,
+        );
 
         // Training: the same blocks and their block-by-block backward, as one graph node.
         let autodiff = d.device.clone().autodiff();
@@ -772,11 +792,19 @@ fn chunked_spans_three_blocks_of_its_tensor_operations_on_every_backend() {
             )
         };
         let (route, grads) = train(chunked);
-        assert_eq!(route, Route::ChunkedBlocks { block: BLOCK }, "{} training", d.name);
+        assert_eq!(
+            route,
+            Route::ChunkedBlocks { block: BLOCK },
+            "{} training",
+            d.name
+        );
         let (explicit_route, explicit) = train(Strategy::Explicit);
         assert_eq!(explicit_route, Route::Explicit);
         for ((got, want), name) in grads.into_iter().zip(explicit).zip(["q", "k", "v"]) {
-            let what = format!("{}: chunked grad_{name} over three blocks vs explicit", d.name);
+            let what = format!(
+                "{}: chunked grad_{name} over three blocks vs explicit",
+                d.name
+            );
             assert_tensors_close(got, want, ATOL, RTOL, &what);
         }
     });
@@ -795,7 +823,12 @@ fn chunked_with_a_bias_that_needs_gradients_is_recorded_block_by_block() {
             .with_bias(bias)
             .with_strategy(Strategy::Chunked { block: 32 });
         let out = scaled_dot_product_attention(q, k, v, &options);
-        assert_eq!(out.route, Route::ChunkedRecorded { block: 32 }, "{}", d.name);
+        assert_eq!(
+            out.route,
+            Route::ChunkedRecorded { block: 32 },
+            "{}",
+            d.name
+        );
         assert!(out.context.is_tracked());
     });
 }
@@ -832,7 +865,11 @@ fn auto_routes_as_its_documentation_says() {
             let device = if train { &autodiff } else { &d.device };
             let on = |t: Tensor<4>| {
                 let t = t.to_device(device);
-                if train { t.autodiff().require_grad() } else { t }
+                if train {
+                    t.autodiff().require_grad()
+                } else {
+                    t
+                }
             };
             let q = on(rng.tensor([1, 2, 5, 8], &d.device));
             let k = on(rng.tensor([1, 2, seq_len_kv, 8], &d.device));
@@ -841,16 +878,39 @@ fn auto_routes_as_its_documentation_says() {
         };
         let plain = AttentionOptions::new;
         let cpu = native_serves(&d.device);
-        let inference = if cpu { Route::NativeOperation } else { Route::Fused };
+        let inference = if cpu {
+            Route::NativeOperation
+        } else {
+            Route::Fused
+        };
         assert_eq!(route(9, false, plain()), inference, "{}: inference", d.name);
         let weights = plain().with_need_weights(true);
-        assert_eq!(route(9, false, weights), Route::Explicit, "{}: weights", d.name);
+        assert_eq!(
+            route(9, false, weights),
+            Route::Explicit,
+            "{}: weights",
+            d.name
+        );
         let short = NATIVE_TRAINING_MIN_KEYS - 1;
-        assert_eq!(route(short, true, plain()), Route::Explicit, "{}: short training", d.name);
-        let long = if cpu { Route::NativeOperation } else { Route::Explicit };
+        assert_eq!(
+            route(short, true, plain()),
+            Route::Explicit,
+            "{}: short training",
+            d.name
+        );
+        let long = if cpu {
+            Route::NativeOperation
+        } else {
+            Route::Explicit
+        };
         let at = NATIVE_TRAINING_MIN_KEYS;
         assert_eq!(route(at, true, plain()), long, "{}: long training", d.name);
         let dropout = plain().with_dropout(0.1);
-        assert_eq!(route(at, true, dropout), Route::Explicit, "{}: dropout", d.name);
+        assert_eq!(
+            route(at, true, dropout),
+            Route::Explicit,
+            "{}: dropout",
+            d.name
+        );
     });
 }

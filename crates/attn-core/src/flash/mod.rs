@@ -409,7 +409,13 @@ mod tests {
             let (context, lse) = forward(FlashKernel::Native);
             let (blocks_context, blocks_lse) = forward(FlashKernel::Blocks);
             let what = |x: &str| format!("{}: {x}, blocks vs native", d.name);
-            assert_tensors_close(blocks_context, context.clone(), ATOL, RTOL, &what("context"));
+            assert_tensors_close(
+                blocks_context,
+                context.clone(),
+                ATOL,
+                RTOL,
+                &what("context"),
+            );
             assert_tensors_close(blocks_lse, lse.clone(), ATOL, RTOL, &what("lse"));
 
             let d_context = rng.tensor(context.dims(), &d.device);
