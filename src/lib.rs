@@ -4,7 +4,7 @@
 //!
 //! | module | crate | what it holds |
 //! | --- | --- | --- |
-//! | [`core`] | `attn-core` | `softmax(Q·Kᵀ/√d_head)·V` as pure functions: masks, heads, three strategies |
+//! | [`core`] | `attn-core` | `softmax(Q·Kᵀ/√d_head)·V` as pure functions: masks, heads, four strategies and the automatic choice |
 //! | [`pos`] | `attn-pos` | sinusoidal, learned, rotary and ALiBi positional schemes |
 //! | [`model`] | `attn-model` | multi-head attention, feed-forward, encoder block, encoder, token encoder |
 //! | [`train`] | `attn-train` | toy tasks, the training loop, checkpoints, plots, the `attn-train` program |

@@ -12,11 +12,14 @@
 //!
 //! - [`Strategy::Explicit`]: the readable reference, line by line the equation; materialises
 //!   the `[batch, n_heads, seq_len_q, seq_len_kv]` weights.
-//! - [`Strategy::Chunked`]: online softmax over blocks of keys; memory `O(seq_len_q × block)`.
+//! - [`Strategy::Chunked`]: online softmax over blocks of keys in tensor operations, on every
+//!   backend; memory `O(seq_len_q × block)`, in training too.
 //! - [`Strategy::Fused`]: burn's [`burn::tensor::module::attention`].
 //! - [`Strategy::Native`]: this crate's blocked CPU kernel (online softmax on register-blocked
 //!   micro-kernels, rayon over heads and query blocks), for flex and ndarray.
 //! - [`Strategy::Auto`]: picks one of them (see [`Strategy`]).
+//!
+//! [`AttentionOutput::route`] says which code ran ([`Route`]).
 //!
 //! Everything here is a pure function: no parameters, no randomness except dropout's
 //! (drawn from the device's generator), no I/O.
@@ -50,21 +53,23 @@ mod heads;
 mod mask;
 mod native;
 mod options;
+mod route;
 mod sdpa;
 mod softmax;
 
 pub use chunked::DEFAULT_BLOCK;
 pub use error::AttentionError;
 pub use explicit::scaled_scores;
-pub use flash::{Biasing, FlashAttentionOps, FlashParams, Masking, flash_serves};
+pub use flash::{Biasing, FlashAttentionOps, FlashKernel, FlashParams, Masking, flash_serves};
 pub use heads::{merge_heads, repeat_kv_heads, split_heads, try_split_heads};
 pub use mask::{causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_mask_from_lengths};
 pub use native::{
     NativeGradients, NativeOutput, native_attention, native_attention_backward, native_serves,
 };
 pub use options::{AttentionOptions, CausalAlignment, Strategy};
+pub use route::{NATIVE_TRAINING_MIN_KEYS, Route};
 pub use sdpa::{
-    AttentionOutput, NATIVE_TRAINING_MIN_KEYS, PreparedAttention, scaled_dot_product_attention,
+    AttentionOutput, PreparedAttention, scaled_dot_product_attention,
     try_scaled_dot_product_attention,
 };
 pub use softmax::safe_softmax;

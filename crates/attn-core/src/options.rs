@@ -16,31 +16,41 @@ pub enum CausalAlignment {
 }
 
 /// How attention is computed. All strategies return the same numbers within float rounding.
+///
+/// Each strategy is one algorithm on every backend; [`Route`](crate::Route) (returned in
+/// [`AttentionOutput::route`](crate::AttentionOutput::route)) says how a call reached it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Strategy {
     /// Chooses for you:
     /// - [`Strategy::Explicit`] when the weights are asked for or dropout is active
     ///   (both need the weight matrix);
-    /// - when gradients flow (an autodiff graph is recording): [`Strategy::Native`] on flex
-    ///   and ndarray from [`NATIVE_TRAINING_MIN_KEYS`](crate::NATIVE_TRAINING_MIN_KEYS) keys on
-    ///   (the native kernel and its own backward, memory linear in the length), and
-    ///   [`Strategy::Explicit`] otherwise, the fastest differentiable path for short
-    ///   sequences;
+    /// - when gradients flow (`q`, `k`, `v` or the bias is tracked by an autodiff graph):
+    ///   [`Strategy::Native`] on flex and ndarray from
+    ///   [`NATIVE_TRAINING_MIN_KEYS`](crate::NATIVE_TRAINING_MIN_KEYS) keys on (the native
+    ///   kernel and its own backward, memory linear in the length) unless the bias needs a
+    ///   gradient, and [`Strategy::Explicit`] otherwise, the fastest differentiable path for
+    ///   short sequences (and the training path on the CubeCL and other backends);
     /// - [`Strategy::Native`] otherwise (inference) on devices whose tensors live in host
     ///   memory (flex, ndarray: see [`native_serves`](crate::native_serves));
-    /// - [`Strategy::Fused`] otherwise (inference elsewhere), burn's backend kernel.
+    /// - [`Strategy::Fused`] otherwise (inference elsewhere: the CubeCL flash kernel on wgpu,
+    ///   Vulkan, Metal and CUDA), burn's backend kernel.
+    ///
+    /// It never picks [`Strategy::Chunked`].
     #[default]
     Auto,
     /// Materialise scores and weights, following the equation step by step.
     Explicit,
-    /// Online softmax over blocks of `block` keys: memory `O(seq_len_q × block)` per head,
-    /// in the forward pass and, through [`FlashAttentionOps`](crate::FlashAttentionOps), in
-    /// the backward pass too (FlashAttention-2: each block of weights is recomputed from the
-    /// forward's log-sum-exp). Where that operation serves the backend (see
-    /// [`flash_serves`](crate::flash_serves)) it runs as one backend operation (the native
-    /// kernel on flex and ndarray, block-by-block tensor operations on the CubeCL backends);
-    /// elsewhere, or when the bias needs a gradient, as tensor operations that burn's autodiff
-    /// records block by block. No weights, no dropout.
+    /// Online softmax over blocks of `block` keys in burn tensor operations (`chunked.rs`), on
+    /// every backend: memory `O(seq_len_q × block)` per head. Under autodiff its backward is the
+    /// block-by-block FlashAttention-2 backward of the same file (each block of weights
+    /// recomputed from the forward's log-sum-exp), recorded as one graph node through
+    /// [`FlashAttentionOps`](crate::FlashAttentionOps), so training memory stays linear in the
+    /// length too ([`Route::ChunkedBlocks`](crate::Route::ChunkedBlocks)). Two exceptions run
+    /// the same forward as tensor operations that burn's autodiff records block by block
+    /// ([`Route::ChunkedRecorded`](crate::Route::ChunkedRecorded), training memory
+    /// `O(seq_len_q × seq_len_kv)`): a bias that needs a gradient (the operation treats the
+    /// bias as a constant), and a backend the operation is not built for (see
+    /// [`flash_serves`](crate::flash_serves)). No weights, no dropout.
     Chunked {
         /// Keys per block.
         block: usize,
@@ -52,8 +62,9 @@ pub enum Strategy {
     /// online softmax over key blocks on register-blocked micro-kernels, rayon over batch,
     /// heads and query blocks. On flex and ndarray it runs as
     /// [`FlashAttentionOps`](crate::FlashAttentionOps), so it is differentiable through its
-    /// own FlashAttention-2 backward; on other devices its inputs take a round trip through
-    /// host memory and it cannot be differentiated. No weights, no dropout.
+    /// own FlashAttention-2 backward; on other devices, or with a bias that needs a gradient,
+    /// its inputs take a round trip through host memory and it cannot be differentiated. No
+    /// weights, no dropout.
     Native,
 }
 

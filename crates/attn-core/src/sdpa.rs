@@ -1,15 +1,10 @@
-//! The entry point: checks shapes and options, settles the strategy, and runs it.
+//! The entry point: checks shapes and options ([`PreparedAttention`]), then runs the one
+//! [`Route`] they and the device settle.
 
 use burn::tensor::{Bool, Tensor};
 
 use crate::mask::{causal_block, causal_offset};
-use crate::{AttentionError, AttentionOptions, Strategy, chunked, explicit, flash, fused, native};
-
-/// From this many keys on, [`Strategy::Auto`] trains through the native kernel and its own
-/// backward on the CPU backends. Measured on flex, `[1, 8, s, 64]`, forward plus backward: the
-/// explicit strategy through autodiff is faster at s = 16 (0.061 against 0.135 ms), the native
-/// pair at s = 64 (0.73 against 1.23 ms) and beyond.
-pub const NATIVE_TRAINING_MIN_KEYS: usize = 64;
+use crate::{AttentionError, AttentionOptions, Route};
 
 /// What attention returns.
 #[derive(Clone, Debug)]
@@ -19,6 +14,9 @@ pub struct AttentionOutput {
     /// The weights `[batch, n_heads, seq_len_q, seq_len_kv]`, when asked for (after dropout,
     /// i.e. the weights that were actually applied to `v`).
     pub weights: Option<Tensor<4>>,
+    /// The code that computed them: the strategy asked for, as settled for these options and
+    /// this device.
+    pub route: Route,
 }
 
 /// Scaled dot-product attention, `softmax(q·kᵀ · scale + bias, masked → −∞) · v`.
@@ -44,37 +42,8 @@ pub fn try_scaled_dot_product_attention(
     options: &AttentionOptions,
 ) -> Result<AttentionOutput, AttentionError> {
     let plan = PreparedAttention::new(&q, &k, &v, options)?;
-    let strategy = plan.strategy(&q, &k, &v, options)?;
-    let output = match strategy {
-        Strategy::Explicit | Strategy::Auto => {
-            let (context, weights) = explicit::attention(q, k, v, &plan);
-            AttentionOutput {
-                context,
-                weights: options.need_weights.then_some(weights),
-            }
-        }
-        Strategy::Chunked { block } if plan.flash_applies(&q) => AttentionOutput {
-            context: flash::attention(q, k, v, &plan, block).0,
-            weights: None,
-        },
-        Strategy::Chunked { block } => AttentionOutput {
-            context: chunked::attention(q, k, v, &plan, block),
-            weights: None,
-        },
-        Strategy::Fused => AttentionOutput {
-            context: fused::attention(q, k, v, &plan),
-            weights: None,
-        },
-        Strategy::Native if plan.native_flash_applies(&q) => AttentionOutput {
-            context: flash::attention(q, k, v, &plan, chunked::DEFAULT_BLOCK).0,
-            weights: None,
-        },
-        Strategy::Native => AttentionOutput {
-            context: native::attention(q, k, v, &plan),
-            weights: None,
-        },
-    };
-    Ok(output)
+    let route = Route::choose(&plan, &q, &k, &v, options)?;
+    Ok(route.run(q, k, v, &plan, options.need_weights))
 }
 
 /// [`try_scaled_dot_product_attention`] for callers whose shapes are known to be valid.
@@ -93,7 +62,7 @@ pub fn scaled_dot_product_attention(
     try_scaled_dot_product_attention(q, k, v, options).unwrap_or_else(|e| panic!("attention: {e}"))
 }
 
-/// Validated shapes and options, shared by the three strategies.
+/// Validated shapes and options, shared by every strategy.
 #[derive(Clone, Debug)]
 pub struct PreparedAttention {
     /// `[batch, n_heads, seq_len_q, seq_len_kv]`.
@@ -190,65 +159,6 @@ impl PreparedAttention {
                 .causal
                 .map(|a| causal_offset(a, seq_len_q, seq_len_kv)),
         })
-    }
-
-    /// The strategy that will run: `options.strategy`, or the automatic choice, after checking
-    /// that a forced strategy can honour the options.
-    fn strategy(
-        &self,
-        q: &Tensor<4>,
-        k: &Tensor<4>,
-        v: &Tensor<4>,
-        options: &AttentionOptions,
-    ) -> Result<Strategy, AttentionError> {
-        let needs_matrix = options.need_weights || self.dropout > 0.0;
-        match options.strategy {
-            Strategy::Auto if needs_matrix => Ok(Strategy::Explicit),
-            Strategy::Auto if q.is_tracked() || k.is_tracked() || v.is_tracked() => {
-                let long = self.scores_shape[3] >= NATIVE_TRAINING_MIN_KEYS;
-                if long && self.native_flash_applies(q) {
-                    Ok(Strategy::Native)
-                } else {
-                    Ok(Strategy::Explicit)
-                }
-            }
-            Strategy::Auto if native::native_serves(&q.device()) => Ok(Strategy::Native),
-            Strategy::Auto => Ok(Strategy::Fused),
-            Strategy::Explicit => Ok(Strategy::Explicit),
-            Strategy::Chunked { block } if block == 0 => {
-                Err(AttentionError::InvalidBlock { block })
-            }
-            forced @ (Strategy::Chunked { .. } | Strategy::Fused) if needs_matrix => {
-                Err(AttentionError::StrategyCannot {
-                    strategy: forced.name(),
-                    what: if options.need_weights {
-                        "return the attention weights"
-                    } else {
-                        "apply dropout to the weights"
-                    },
-                })
-            }
-            Strategy::Native => {
-                let differentiable = self.native_flash_applies(q);
-                native::check_can_run(q, k, v, options, self, differentiable)?;
-                Ok(Strategy::Native)
-            }
-            forced => Ok(forced),
-        }
-    }
-
-    /// Whether attention can run as the backend operation [`FlashAttentionOps`]
-    /// (crate::FlashAttentionOps), its own backward included: the backend implements it in this
-    /// build, and no gradient is wanted for the bias (the operation treats it as a constant).
-    fn flash_applies(&self, q: &Tensor<4>) -> bool {
-        flash::flash_serves(&q.device()) && !self.bias.as_ref().is_some_and(Tensor::is_tracked)
-    }
-
-    /// Whether the native kernel runs as [`FlashAttentionOps`](crate::FlashAttentionOps)
-    /// (so differentiably): [`Self::flash_applies`] on a device where the operation is the
-    /// native kernel (flex, ndarray).
-    fn native_flash_applies(&self, q: &Tensor<4>) -> bool {
-        self.flash_applies(q) && native::native_serves(&q.device())
     }
 
     /// The combined mask (caller's mask and causal) for keys `kv_start..kv_start + len`,

@@ -2,8 +2,9 @@
 //! differences, and against the properties the math promises, on every strategy and backend.
 
 use attn_core::{
-    AttentionError, AttentionOptions, CausalAlignment, Strategy, native_attention,
-    native_attention_backward, scaled_dot_product_attention, try_scaled_dot_product_attention,
+    AttentionError, AttentionOptions, CausalAlignment, NATIVE_TRAINING_MIN_KEYS, Route, Strategy,
+    native_attention, native_attention_backward, native_serves, scaled_dot_product_attention,
+    try_scaled_dot_product_attention,
 };
 use attn_testing::{
     ATOL, RTOL, RefTensor, SeededRng, TestDevice, assert_close, assert_close_slices,
@@ -58,14 +59,38 @@ impl SdpaCase {
     }
 }
 
+/// Keys per block of the chunked strategy below: the 7 reference keys span three blocks.
+const REFERENCE_BLOCK: usize = 3;
+
 /// Every strategy, with a chunk small enough that the 7 reference keys span three blocks.
 const STRATEGIES: [Strategy; 5] = [
     Strategy::Explicit,
-    Strategy::Chunked { block: 3 },
+    Strategy::Chunked {
+        block: REFERENCE_BLOCK,
+    },
     Strategy::Fused,
     Strategy::Native,
     Strategy::Auto,
 ];
+
+/// The route a forced strategy takes on `device` when no bias needs a gradient (`None` for
+/// `Auto`, whose route depends on more than the device).
+fn forced_route(strategy: Strategy, device: &Device) -> Option<Route> {
+    match strategy {
+        Strategy::Explicit => Some(Route::Explicit),
+        // Every test backend (flex, ndarray, wgpu) runs chunked as its tensor-operation blocks.
+        Strategy::Chunked { block } => Some(Route::ChunkedBlocks { block }),
+        Strategy::Fused => Some(Route::Fused),
+        Strategy::Native if native_serves(device) => Some(Route::NativeOperation),
+        Strategy::Native => Some(Route::NativeHost),
+        Strategy::Auto => None,
+    }
+}
+
+/// The number of blocks of `block` keys that `seq_len_kv` keys span.
+fn blocks_spanned(seq_len_kv: usize, block: usize) -> usize {
+    seq_len_kv.div_ceil(block)
+}
 
 #[test]
 fn every_reference_case_matches_pytorch_on_every_strategy() {
@@ -76,12 +101,17 @@ fn every_reference_case_matches_pytorch_on_every_strategy() {
             for strategy in STRATEGIES {
                 let what = format!("{} / {} / {}", d.name, case.name, strategy.name());
                 let options = case.options(&d.device).with_strategy(strategy);
+                let k = case.k.tensor::<4>(&d.device);
+                assert_eq!(blocks_spanned(k.dims()[2], REFERENCE_BLOCK), 3, "{what}");
                 let out = scaled_dot_product_attention(
                     case.q.tensor(&d.device),
-                    case.k.tensor(&d.device),
+                    k,
                     case.v.tensor(&d.device),
                     &options,
                 );
+                if let Some(route) = forced_route(strategy, &d.device) {
+                    assert_eq!(out.route, route, "{what}");
+                }
                 assert_close(
                     out.context,
                     &case.out,
@@ -117,6 +147,18 @@ fn gradients(
     grad_out: Tensor<4>,
     options: &AttentionOptions,
 ) -> [Tensor<4>; 3] {
+    routed_gradients(d, q, k, v, grad_out, options).1
+}
+
+/// [`gradients`], with the route the forward took.
+fn routed_gradients(
+    d: &TestDevice,
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    grad_out: Tensor<4>,
+    options: &AttentionOptions,
+) -> (Route, [Tensor<4>; 3]) {
     let device = d.device.clone().autodiff();
     let q = q.to_device(&device).autodiff().require_grad();
     let k = k.to_device(&device).autodiff().require_grad();
@@ -124,7 +166,8 @@ fn gradients(
     let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), options);
     let loss = (out.context * grad_out.to_device(&device).autodiff()).sum();
     let grads = loss.backward();
-    [&q, &k, &v].map(|t| t.grad(&grads).expect("input requires grad"))
+    let grads = [&q, &k, &v].map(|t| t.grad(&grads).expect("input requires grad"));
+    (out.route, grads)
 }
 
 #[test]
@@ -149,7 +192,12 @@ fn reference_gradients_match_pytorch_on_every_strategy() {
                 } else {
                     let autodiff = d.device.clone().autodiff();
                     let options = case.options(&autodiff).with_strategy(strategy);
-                    gradients(d, q, k, v, grad_out, &options)
+                    let (route, grads) = routed_gradients(d, q, k, v, grad_out, &options);
+                    // Chunked trains through its own block-by-block backward, over three blocks.
+                    if let Some(expected) = forced_route(strategy, &d.device) {
+                        assert_eq!(route, expected, "{what}");
+                    }
+                    grads
                 };
                 let expected = [&case.grad_q, &case.grad_k, &case.grad_v];
                 for ((got, want), name) in
@@ -433,13 +481,21 @@ fn chunked_gradients_equal_explicit_gradients_on_random_problems() {
                 g.clone(),
                 &reattach(&p.options, Strategy::Explicit),
             );
-            let chunked = gradients(
+            let (route, chunked) = routed_gradients(
                 d,
                 p.q,
                 p.k,
                 p.v,
                 g,
                 &reattach(&p.options, Strategy::Chunked { block: 2 }),
+            );
+            // A bias that needs no gradient leaves chunked on its tensor-operation blocks and
+            // their own backward.
+            assert_eq!(
+                route,
+                Route::ChunkedBlocks { block: 2 },
+                "{} trial {trial}",
+                d.name
             );
             for ((c, e), name) in chunked.into_iter().zip(explicit).zip(["q", "k", "v"]) {
                 assert_tensors_close(
@@ -669,5 +725,192 @@ fn a_bias_that_needs_gradients_gets_them_from_every_differentiable_strategy() {
                 &format!("{}: bias gradient, {}", d.name, strategy.name()),
             );
         }
+    });
+}
+
+/// `q`, `k`, `v` and a bias for 9 queries and 70 keys: three blocks of 32 keys.
+fn three_block_problem(rng: &mut SeededRng, device: &Device) -> [Tensor<4>; 4] {
+    [
+        rng.tensor([1, 2, 9, 8], device),
+        rng.tensor([1, 2, 70, 8], device),
+        rng.tensor([1, 2, 70, 5], device),
+        rng.tensor([1, 2, 9, 70], device),
+    ]
+}
+
+#[test]
+fn chunked_spans_three_blocks_of_its_tensor_operations_on_every_backend() {
+    const BLOCK: usize = 32;
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(41);
+        let [q, k, v, bias] = three_block_problem(&mut rng, &d.device);
+        assert_eq!(blocks_spanned(k.dims()[2], BLOCK), 3);
+        let options = |device: &Device, strategy| {
+            AttentionOptions::new()
+                .with_bias(bias.clone().to_device(device))
+                .with_causal(CausalAlignment::TopLeft)
+                .with_strategy(strategy)
+        };
+        let chunked = Strategy::Chunked { block: BLOCK };
+
+        // Inference: the tensor-operation blocks, not the native kernel.
+        let run = |strategy| {
+            scaled_dot_product_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                &options(&d.device, strategy),
+            )
+        };
+        let out = run(chunked);
+        assert_eq!(
+            out.route,
+            Route::ChunkedBlocks { block: BLOCK },
+            "{}",
+            d.name
+        );
+        let what = format!("{}: chunked over three blocks vs explicit", d.name);
+        assert_tensors_close(
+            out.context,
+            run(Strategy::Explicit).context,
+            ATOL,
+            RTOL,
+            &what,
+        );
+
+        // Training: the same blocks and their block-by-block backward, as one graph node.
+        let autodiff = d.device.clone().autodiff();
+        let g = rng.tensor([1, 2, 9, 5], &d.device);
+        let train = |strategy| {
+            routed_gradients(
+                d,
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                g.clone(),
+                &options(&autodiff, strategy),
+            )
+        };
+        let (route, grads) = train(chunked);
+        assert_eq!(
+            route,
+            Route::ChunkedBlocks { block: BLOCK },
+            "{} training",
+            d.name
+        );
+        let (explicit_route, explicit) = train(Strategy::Explicit);
+        assert_eq!(explicit_route, Route::Explicit);
+        for ((got, want), name) in grads.into_iter().zip(explicit).zip(["q", "k", "v"]) {
+            let what = format!(
+                "{}: chunked grad_{name} over three blocks vs explicit",
+                d.name
+            );
+            assert_tensors_close(got, want, ATOL, RTOL, &what);
+        }
+    });
+}
+
+#[test]
+fn chunked_with_a_bias_that_needs_gradients_is_recorded_block_by_block() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(43);
+        let [q, k, v, bias] = three_block_problem(&mut rng, &d.device);
+        let autodiff = d.device.clone().autodiff();
+        let bias = bias.to_device(&autodiff).autodiff().require_grad();
+        let q = q.to_device(&autodiff).autodiff().require_grad();
+        let (k, v) = (k.to_device(&autodiff), v.to_device(&autodiff));
+        let options = AttentionOptions::new()
+            .with_bias(bias)
+            .with_strategy(Strategy::Chunked { block: 32 });
+        let out = scaled_dot_product_attention(q, k, v, &options);
+        assert_eq!(
+            out.route,
+            Route::ChunkedRecorded { block: 32 },
+            "{}",
+            d.name
+        );
+        assert!(out.context.is_tracked());
+    });
+}
+
+#[test]
+fn native_runs_the_native_kernel_as_one_operation_on_the_cpu_backends() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(47);
+        let [q, k, v, _] = three_block_problem(&mut rng, &d.device);
+        let expected = if native_serves(&d.device) {
+            Route::NativeOperation
+        } else {
+            Route::NativeHost
+        };
+        let native = AttentionOptions::new().with_strategy(Strategy::Native);
+        let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &native);
+        assert_eq!(out.route, expected, "{}", d.name);
+        if expected == Route::NativeOperation {
+            let autodiff = d.device.clone().autodiff();
+            let on = |t: &Tensor<4>| t.clone().to_device(&autodiff).autodiff().require_grad();
+            let out = scaled_dot_product_attention(on(&q), on(&k), on(&v), &native);
+            assert_eq!(out.route, Route::NativeOperation, "{} training", d.name);
+            assert!(out.context.is_tracked());
+        }
+    });
+}
+
+#[test]
+fn auto_routes_as_its_documentation_says() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(53);
+        let autodiff = d.device.clone().autodiff();
+        let mut route = |seq_len_kv: usize, train: bool, options: AttentionOptions| {
+            let device = if train { &autodiff } else { &d.device };
+            let on = |t: Tensor<4>| {
+                let t = t.to_device(device);
+                if train {
+                    t.autodiff().require_grad()
+                } else {
+                    t
+                }
+            };
+            let q = on(rng.tensor([1, 2, 5, 8], &d.device));
+            let k = on(rng.tensor([1, 2, seq_len_kv, 8], &d.device));
+            let v = on(rng.tensor([1, 2, seq_len_kv, 4], &d.device));
+            scaled_dot_product_attention(q, k, v, &options).route
+        };
+        let plain = AttentionOptions::new;
+        let cpu = native_serves(&d.device);
+        let inference = if cpu {
+            Route::NativeOperation
+        } else {
+            Route::Fused
+        };
+        assert_eq!(route(9, false, plain()), inference, "{}: inference", d.name);
+        let weights = plain().with_need_weights(true);
+        assert_eq!(
+            route(9, false, weights),
+            Route::Explicit,
+            "{}: weights",
+            d.name
+        );
+        let short = NATIVE_TRAINING_MIN_KEYS - 1;
+        assert_eq!(
+            route(short, true, plain()),
+            Route::Explicit,
+            "{}: short training",
+            d.name
+        );
+        let long = if cpu {
+            Route::NativeOperation
+        } else {
+            Route::Explicit
+        };
+        let at = NATIVE_TRAINING_MIN_KEYS;
+        assert_eq!(route(at, true, plain()), long, "{}: long training", d.name);
+        let dropout = plain().with_dropout(0.1);
+        assert_eq!(
+            route(at, true, dropout),
+            Route::Explicit,
+            "{}: dropout",
+            d.name
+        );
     });
 }

@@ -16,39 +16,43 @@
 //! ds  = p ∘ (dp − D)                dq += ds · k · scale,   dk += dsᵀ · q · scale
 //! ```
 //!
-//! Implementations:
-//! - flex and ndarray: the native CPU kernels (those of [`crate::native_attention`] and
+//! [`FlashParams::kernel`] picks one of two implementations of the same recurrences, and every
+//! backend honours it:
+//! - [`FlashKernel::Native`]: the native CPU kernels (those of [`crate::native_attention`] and
 //!   [`crate::native_attention_backward`]); flex lends its storage, so contiguous `f32`
-//!   tensors are read in place, and ndarray's are read with `into_data`;
-//! - the CubeCL backends (wgpu, Vulkan, Metal, CUDA): the same recurrences as block-by-block
-//!   tensor operations (`chunked.rs`), whose memory also grows linearly with the length;
-//! - `Autodiff<B>`: runs `B`'s forward and records one graph node whose backward calls `B`'s
-//!   backward, so that training keeps only `q`, `k`, `v`, the context and `lse`.
+//!   tensors are read in place, and the other backends' are read back with `into_data`;
+//! - [`FlashKernel::Blocks`]: the block-by-block tensor operations of `chunked.rs`
+//!   (`blocks.rs`), on the backend's own tensor kernels, whose memory grows linearly with the
+//!   length.
+//!
+//! Implemented for flex, ndarray and the CubeCL backends (wgpu, Vulkan, Metal, CUDA), and for
+//! `Autodiff<B>`: it runs `B`'s forward and records one graph node whose backward calls `B`'s
+//! backward with the same kernel, so that training keeps only `q`, `k`, `v`, the context and
+//! `lse`.
 //!
 //! The backends are chosen by this crate's features (`flex`, `ndarray`, `wgpu`, ...);
 //! [`flash_serves`] says whether a device's backend is among them, and the strategies fall back
 //! to plain tensor operations where it is not.
 
-mod autodiff;
-#[cfg(any(
-    feature = "wgpu",
-    feature = "vulkan",
-    feature = "metal",
-    feature = "cuda"
-))]
-mod cube;
+// Without a backend feature, no backend implements the operation.
+#![cfg_attr(
+    not(any(feature = "flex", feature = "ndarray", feature = "cube")),
+    allow(dead_code, unused_imports)
+)]
 
-use std::borrow::Cow;
+mod autodiff;
+#[cfg(any(feature = "flex", feature = "ndarray", feature = "cube"))]
+mod blocks;
 
 use burn::backend::{
-    Backend, ExtensionType, TensorMetadata, backend_extension,
+    Backend, ExtensionType, backend_extension,
     tensor::{BoolTensor, FloatTensor},
-    try_read_sync,
 };
-use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 
 use crate::PreparedAttention;
-use crate::native::{Host, backend_name, f32_vec};
+use crate::native::backend_name;
+use crate::native::host::HostInputs;
 
 /// The non-tensor arguments of [`FlashAttentionOps`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -57,9 +61,22 @@ pub struct FlashParams {
     pub scale: f64,
     /// Key `j` is masked for query `i` when `j > i + offset`.
     pub causal_offset: Option<i64>,
-    /// Keys per block where the implementation takes a block size (the tensor-operation
-    /// implementation on the CubeCL backends; the CPU kernels use their own tiling).
+    /// Keys per block of [`FlashKernel::Blocks`] (the native kernel has its own tiling).
     pub block: usize,
+    /// Which implementation computes the operation.
+    pub kernel: FlashKernel,
+}
+
+/// Which implementation of the same recurrences [`FlashAttentionOps`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlashKernel {
+    /// The native CPU kernels ([`crate::native_attention`] and
+    /// [`crate::native_attention_backward`]) on the inputs in host memory: flex's storage read
+    /// in place, every other backend's tensors read back to the host.
+    Native,
+    /// The online softmax of `chunked.rs` in the backend's own tensor operations, over blocks
+    /// of [`FlashParams::block`] keys, forward and backward: the same code on every backend.
+    Blocks,
 }
 
 /// The mask argument of [`FlashAttentionOps`] (`true` = the key is not attended).
@@ -106,8 +123,7 @@ impl<B: Backend> Biasing<B> {
 /// `n_heads`; `mask` (`true` = not attended) and `bias` broadcasting to `[batch, n_heads,
 /// seq_len_q, seq_len_kv]`. The bias is a constant here: no gradient flows to it.
 ///
-/// The default bodies run the native CPU kernels on the tensors' data read back to the host,
-/// which is right for the CPU backends and correct (but slow) anywhere.
+/// Every implementation honours [`FlashParams::kernel`].
 #[backend_extension(
     Flex: cfg(feature = "flex"),
     NdArray: cfg(feature = "ndarray"),
@@ -124,10 +140,7 @@ pub trait FlashAttentionOps: Backend {
         #[extension_type] mask: Masking<Self>,
         #[extension_type] bias: Biasing<Self>,
         params: FlashParams,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let host = host::<Self>(q.clone(), k, v, mask.into_option(), bias.into_option());
-        host_forward::<Self>(&host, &q, params)
-    }
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// `(dq, dk, dv)`, shaped like `q`, `k` and `v`, given what
     /// [`flash_attention`](Self::flash_attention) returned for the same inputs and the
@@ -143,12 +156,7 @@ pub trait FlashAttentionOps: Backend {
         lse: FloatTensor<Self>,
         d_context: FloatTensor<Self>,
         params: FlashParams,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let host = host::<Self>(q.clone(), k, v, mask.into_option(), bias.into_option());
-        let read = |t| f32_vec(read_float::<Self>(t));
-        let [context, lse, d_context] = [context, lse, d_context].map(read);
-        host_backward::<Self>(&host, &q, params, [&context, &lse, &d_context])
-    }
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
 /// flex lends its storage: contiguous `f32` tensors are read in place, without a copy.
@@ -162,8 +170,17 @@ impl FlashAttentionOps for burn::backend::Flex {
         bias: Biasing<Self>,
         params: FlashParams,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let host = flex_host(&q, &k, &v, mask, bias);
-        host_forward::<Self>(&host, &q, params)
+        match params.kernel {
+            FlashKernel::Native => {
+                let (mask, bias) = (mask.into_option(), bias.into_option());
+                HostInputs::from_flex([&q, &k, &v], mask, bias).forward_primitives::<Self>(
+                    &q,
+                    params.scale,
+                    params.causal_offset,
+                )
+            }
+            FlashKernel::Blocks => blocks::forward::<Self>(q, k, v, mask, bias, params),
+        }
     }
 
     fn flash_attention_backward(
@@ -177,40 +194,144 @@ impl FlashAttentionOps for burn::backend::Flex {
         d_context: FloatTensor<Self>,
         params: FlashParams,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let host = flex_host(&q, &k, &v, mask, bias);
-        let [context, lse, d_context] = [&context, &lse, &d_context].map(flex_floats);
-        host_backward::<Self>(&host, &q, params, [&context, &lse, &d_context])
+        use crate::native::host::flex_floats;
+        match params.kernel {
+            FlashKernel::Native => {
+                let (mask, bias) = (mask.into_option(), bias.into_option());
+                let host = HostInputs::from_flex([&q, &k, &v], mask, bias);
+                let [context, lse, d_context] = [&context, &lse, &d_context].map(flex_floats);
+                host.backward_primitives::<Self>(
+                    &q,
+                    params.scale,
+                    params.causal_offset,
+                    [&context, &lse, &d_context],
+                )
+            }
+            FlashKernel::Blocks => {
+                blocks::backward::<Self>(q, k, v, mask, bias, [context, lse, d_context], params)
+            }
+        }
     }
 }
 
-/// A flex tensor's values as `f32`: its own storage when that is contiguous `f32`.
-#[cfg(feature = "flex")]
-fn flex_floats(t: &burn::backend::flex::FlexTensor) -> Cow<'_, [f32]> {
-    match t.as_slice::<f32>() {
-        Some(values) => Cow::Borrowed(values),
-        None => Cow::Owned(f32_vec(t.clone().into_data())),
+/// ndarray: the native kernel reads its tensors back with `into_data`.
+#[cfg(feature = "ndarray")]
+impl FlashAttentionOps for burn::backend::NdArray {
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Masking<Self>,
+        bias: Biasing<Self>,
+        params: FlashParams,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        match params.kernel {
+            FlashKernel::Native => native_forward::<Self>(q, k, v, mask, bias, params),
+            FlashKernel::Blocks => blocks::forward::<Self>(q, k, v, mask, bias, params),
+        }
+    }
+
+    fn flash_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Masking<Self>,
+        bias: Biasing<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        params: FlashParams,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let outputs = [context, lse, d_context];
+        match params.kernel {
+            FlashKernel::Native => native_backward::<Self>(q, k, v, mask, bias, outputs, params),
+            FlashKernel::Blocks => blocks::backward::<Self>(q, k, v, mask, bias, outputs, params),
+        }
     }
 }
 
-#[cfg(feature = "flex")]
-fn flex_host<'a>(
-    q: &'a burn::backend::flex::FlexTensor,
-    k: &'a burn::backend::flex::FlexTensor,
-    v: &'a burn::backend::flex::FlexTensor,
-    mask: Masking<burn::backend::Flex>,
-    bias: Biasing<burn::backend::Flex>,
-) -> Host<'a> {
-    type F = burn::backend::Flex;
-    Host::from_parts(
-        [q, k, v].map(flex_floats),
-        [q, k, v].map(dims4),
-        mask.into_option().map(read_bool::<F>),
-        bias.into_option().map(read_float::<F>),
+/// The CubeCL backends: [`FlashKernel::Blocks`] runs as the backend's own kernels;
+/// [`FlashKernel::Native`] reads the inputs back to the host.
+#[cfg(any(
+    feature = "wgpu",
+    feature = "vulkan",
+    feature = "metal",
+    feature = "cuda"
+))]
+impl FlashAttentionOps for burn::backend::Cube {
+    fn flash_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Masking<Self>,
+        bias: Biasing<Self>,
+        params: FlashParams,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        match params.kernel {
+            FlashKernel::Native => native_forward::<Self>(q, k, v, mask, bias, params),
+            FlashKernel::Blocks => blocks::forward::<Self>(q, k, v, mask, bias, params),
+        }
+    }
+
+    fn flash_attention_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Masking<Self>,
+        bias: Biasing<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        params: FlashParams,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let outputs = [context, lse, d_context];
+        match params.kernel {
+            FlashKernel::Native => native_backward::<Self>(q, k, v, mask, bias, outputs, params),
+            FlashKernel::Blocks => blocks::backward::<Self>(q, k, v, mask, bias, outputs, params),
+        }
+    }
+}
+
+/// [`FlashKernel::Native`] on a backend whose tensors are read back to the host.
+#[cfg(any(feature = "ndarray", feature = "cube"))]
+fn native_forward<B: Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    mask: Masking<B>,
+    bias: Biasing<B>,
+    params: FlashParams,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let (mask, bias) = (mask.into_option(), bias.into_option());
+    HostInputs::from_primitives::<B>(q.clone(), k, v, mask, bias).forward_primitives::<B>(
+        &q,
+        params.scale,
+        params.causal_offset,
     )
 }
 
-#[cfg(feature = "ndarray")]
-impl FlashAttentionOps for burn::backend::NdArray {}
+/// The backward of [`native_forward`].
+#[cfg(any(feature = "ndarray", feature = "cube"))]
+fn native_backward<B: Backend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    mask: Masking<B>,
+    bias: Biasing<B>,
+    outputs: [FloatTensor<B>; 3],
+    params: FlashParams,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    use crate::native::host::{f32_vec, read_float};
+    let (mask, bias) = (mask.into_option(), bias.into_option());
+    let host = HostInputs::from_primitives::<B>(q.clone(), k, v, mask, bias);
+    let [context, lse, d_context] = outputs.map(|t| f32_vec(read_float::<B>(t)));
+    host.backward_primitives::<B>(
+        &q,
+        params.scale,
+        params.causal_offset,
+        [&context, &lse, &d_context],
+    )
+}
 
 /// Whether [`FlashAttentionOps`] is implemented for `device`'s backend in this build: flex,
 /// ndarray and the CubeCL backends, each when this crate's feature of that name is on (and
@@ -227,7 +348,7 @@ pub fn flash_serves(device: &Device) -> bool {
         )) && backend.starts_with("Cube"))
 }
 
-/// Attention through [`FlashAttentionOps`]: the context and the log-sum-exp
+/// Attention through [`FlashAttentionOps`] with `kernel`: the context and the log-sum-exp
 /// `[batch, n_heads, seq_len_q]`. On an autodiff device, gradients flow to `q`, `k` and `v`
 /// through the operation's own backward; the bias must not require gradients (callers check).
 pub(crate) fn attention(
@@ -235,12 +356,14 @@ pub(crate) fn attention(
     k: Tensor<4>,
     v: Tensor<4>,
     plan: &PreparedAttention,
+    kernel: FlashKernel,
     block: usize,
 ) -> (Tensor<4>, Tensor<3>) {
     let params = FlashParams {
         scale: plan.scale,
         causal_offset: plan.causal_offset,
         block,
+        kernel,
     };
     let (context, lse) = <burn::backend::Dispatch as FlashAttentionOps>::flash_attention(
         q.into_dispatch(),
@@ -259,111 +382,72 @@ pub(crate) fn attention(
     (Tensor::from_dispatch(context), Tensor::from_dispatch(lse))
 }
 
-/// Reads the inputs of one operation into host memory.
-fn host<B: Backend>(
-    q: FloatTensor<B>,
-    k: FloatTensor<B>,
-    v: FloatTensor<B>,
-    mask: Option<BoolTensor<B>>,
-    bias: Option<FloatTensor<B>>,
-) -> Host<'static> {
-    Host::from_data(
-        read_float::<B>(q),
-        read_float::<B>(k),
-        read_float::<B>(v),
-        mask.map(read_bool::<B>),
-        bias.map(read_float::<B>),
-    )
-}
-
-/// The forward on the host: the context and the log-sum-exp as tensors of `B`, on `like`'s
-/// device and in its float type.
-fn host_forward<B: Backend>(
-    host: &Host<'_>,
-    like: &FloatTensor<B>,
-    params: FlashParams,
-) -> (FloatTensor<B>, FloatTensor<B>) {
-    let (device, dtype) = (like.device(), like.dtype());
-    let [batch, n_heads, seq_len_q, _] = host.scores_shape();
-    let (context, lse) = host.forward(params.scale as f32, params.causal_offset, true);
-    let d_value = context.len() / (batch * n_heads * seq_len_q).max(1);
-    (
-        from_host::<B>(
-            context,
-            vec![batch, n_heads, seq_len_q, d_value],
-            dtype,
-            &device,
-        ),
-        from_host::<B>(
-            lse.expect("the log-sum-exp was asked for"),
-            vec![batch, n_heads, seq_len_q],
-            dtype,
-            &device,
-        ),
-    )
-}
-
-/// The backward on the host: `(dq, dk, dv)` as tensors of `B`, shaped like `q`, `k`, `v`.
-fn host_backward<B: Backend>(
-    host: &Host<'_>,
-    like: &FloatTensor<B>,
-    params: FlashParams,
-    [context, lse, d_context]: [&[f32]; 3],
-) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
-    let (device, dtype) = (like.device(), like.dtype());
-    let [q_shape, k_shape, v_shape] = host.input_shapes().map(|s| s.to_vec());
-    let [dq, dk, dv] = host.backward(
-        params.scale as f32,
-        params.causal_offset,
-        context,
-        lse,
-        d_context,
-    );
-    (
-        from_host::<B>(dq, q_shape, dtype, &device),
-        from_host::<B>(dk, k_shape, dtype, &device),
-        from_host::<B>(dv, v_shape, dtype, &device),
-    )
-}
-
-fn dims4<T: TensorMetadata>(t: &T) -> [usize; 4] {
-    t.shape()
-        .as_slice()
-        .try_into()
-        .expect("attention inputs have four dimensions")
-}
-
-fn read_float<B: Backend>(t: FloatTensor<B>) -> TensorData {
-    try_read_sync(B::float_into_data(t))
-        .expect("the CPU backends read synchronously")
-        .expect("reading a float tensor")
-}
-
-fn read_bool<B: Backend>(t: BoolTensor<B>) -> TensorData {
-    try_read_sync(B::bool_into_data(t))
-        .expect("the CPU backends read synchronously")
-        .expect("reading a mask")
-}
-
-/// Host `f32` values as a tensor of `B` in `dtype`.
-fn from_host<B: Backend>(
-    values: Vec<f32>,
-    shape: Vec<usize>,
-    dtype: DType,
-    device: &B::Device,
-) -> FloatTensor<B> {
-    let t = B::float_from_data(TensorData::new(values, shape), device);
-    if dtype == DType::F32 {
-        t
-    } else {
-        B::float_cast(t, FloatDType::from(dtype))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attn_testing::device_for;
+    use crate::{AttentionOptions, CausalAlignment, native_serves};
+    use attn_testing::{ATOL, RTOL, SeededRng, assert_tensors_close, device_for, for_each_device};
+    use burn::backend::Dispatch;
+
+    #[test]
+    fn both_kernels_give_the_same_context_lse_and_gradients() {
+        for_each_device(|d| {
+            if !native_serves(&d.device) {
+                // The native kernel reads its inputs in host memory: the CPU backends only.
+                return;
+            }
+            let mut rng = SeededRng::new(29);
+            let q = rng.tensor([2, 4, 9, 6], &d.device);
+            let k = rng.tensor([2, 2, 70, 6], &d.device);
+            let v = rng.tensor([2, 2, 70, 5], &d.device);
+            let options = AttentionOptions::new()
+                .with_mask(rng.bool_tensor([2, 1, 9, 70], 0.2, &d.device))
+                .with_bias(rng.tensor([1, 4, 9, 70], &d.device))
+                .with_causal(CausalAlignment::BottomRight);
+            let plan = PreparedAttention::new(&q, &k, &v, &options).expect("valid problem");
+            let forward = |kernel| attention(q.clone(), k.clone(), v.clone(), &plan, kernel, 32);
+            let (context, lse) = forward(FlashKernel::Native);
+            let (blocks_context, blocks_lse) = forward(FlashKernel::Blocks);
+            let what = |x: &str| format!("{}: {x}, blocks vs native", d.name);
+            assert_tensors_close(
+                blocks_context,
+                context.clone(),
+                ATOL,
+                RTOL,
+                &what("context"),
+            );
+            assert_tensors_close(blocks_lse, lse.clone(), ATOL, RTOL, &what("lse"));
+
+            let d_context = rng.tensor(context.dims(), &d.device);
+            let backward = |kernel| {
+                let params = FlashParams {
+                    scale: plan.scale,
+                    causal_offset: plan.causal_offset,
+                    block: 32,
+                    kernel,
+                };
+                let mask = plan.mask.clone().expect("a mask").into_dispatch();
+                let bias = plan.bias.clone().expect("a bias").into_dispatch();
+                let (dq, dk, dv) = <Dispatch as FlashAttentionOps>::flash_attention_backward(
+                    q.clone().into_dispatch(),
+                    k.clone().into_dispatch(),
+                    v.clone().into_dispatch(),
+                    Masking::Masked(mask),
+                    Biasing::Biased(bias),
+                    context.clone().into_dispatch(),
+                    lse.clone().into_dispatch(),
+                    d_context.clone().into_dispatch(),
+                    params,
+                );
+                [dq, dk, dv].map(Tensor::<4>::from_dispatch)
+            };
+            let native = backward(FlashKernel::Native);
+            let blocks = backward(FlashKernel::Blocks);
+            for ((got, want), name) in blocks.into_iter().zip(native).zip(["dq", "dk", "dv"]) {
+                assert_tensors_close(got, want, ATOL, RTOL, &what(name));
+            }
+        });
+    }
 
     #[test]
     fn serves_every_backend_the_tests_build_with_and_without_autodiff() {

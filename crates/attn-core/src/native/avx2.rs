@@ -1,58 +1,19 @@
-//! The kernel's inner loops written with explicit 8-wide AVX2 + FMA vectors (through
+//! The SIMD layer's kernels written with explicit 8-wide AVX2 + FMA vectors (through
 //! [`pulp`]'s safe wrappers, so no `unsafe` here either).
 //!
-//! LLVM's auto-vectoriser gets the portable loops of `kernel.rs` only partly right: it spills
+//! LLVM's auto-vectoriser gets the portable loops of `portable.rs` only partly right: it spills
 //! the micro-kernel's twelve accumulators to the stack and vectorises `2^x` four lanes wide.
 //! Spelling the vectors out keeps the accumulators in registers and gives eight lanes.
 
 use pulp::x86::V3;
 use pulp::{f32x8, u32x8};
 
-use super::backward;
 use super::exp::{LOWEST, P, ROUND_MAGIC, exp2, mul_add};
-use super::kernel::{Gemm, Kernels, MR, NR, Task};
+use super::simd::{Gemm, Kernels, MR, NR, Vectorized};
 
 /// The AVX2 + FMA instruction set, proven present by [`V3::try_new`].
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Avx2(pub V3);
-
-/// A [`Task`] to run inside [`V3::vectorize`], which compiles everything it inlines with
-/// AVX2 and FMA enabled.
-pub(super) struct Run<'a, 'p>(pub Task<'a, 'p>, pub Avx2);
-
-impl pulp::NullaryFnOnce for Run<'_, '_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn call(self) {
-        self.0.run(self.1);
-    }
-}
-
-/// A backward [`backward::Task`] to run inside [`V3::vectorize`].
-pub(super) struct RunBackward<'t, 'a, 'p>(pub &'t mut backward::Task<'a, 'p>, pub Avx2);
-
-impl pulp::NullaryFnOnce for RunBackward<'_, '_, '_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn call(self) {
-        self.0.run(self.1);
-    }
-}
-
-/// One [`Gemm`] as its own AVX2 + FMA function: inlined into the backward pass's loop with
-/// everything else, LLVM schedules the micro-kernel worse (the pass ran 1.5x slower).
-struct RunGemm<'a>(Gemm<'a>, Avx2);
-
-impl pulp::NullaryFnOnce for RunGemm<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn call(self) {
-        self.0.run(self.1);
-    }
-}
 
 /// Eight values from the front of `values`.
 #[inline(always)]
@@ -110,9 +71,11 @@ impl Avx2 {
 }
 
 impl Kernels for Avx2 {
+    /// One [`Gemm`] as its own AVX2 + FMA function: inlined into the backward pass's loop with
+    /// everything else, LLVM schedules the micro-kernel worse (the pass ran 1.5x slower).
     #[inline(always)]
     fn gemm(self, product: Gemm<'_>) {
-        self.0.vectorize(RunGemm(product, self));
+        self.0.vectorize(Vectorized(product, self));
     }
 
     #[inline(always)]

@@ -1,4 +1,4 @@
-//! The kernel's inner loops with 16-wide AVX-512 vectors (through [`pulp`]'s safe wrappers),
+//! The SIMD layer's kernels with 16-wide AVX-512 vectors (through [`pulp`]'s safe wrappers),
 //! for CPUs that have AVX-512F (with BW, CD, DQ and VL: pulp's `V4` level).
 //!
 //! The `[MR, NR] = [6, 16]` register block is one 16-wide vector per row, so a step of the
@@ -10,50 +10,12 @@
 use pulp::x86::V4;
 use pulp::{f32x16, u32x16};
 
-use super::backward;
 use super::exp::{LOWEST, P, ROUND_MAGIC, exp2, mul_add};
-use super::kernel::{Gemm, Kernels, MR, NR, Task};
+use super::simd::{Gemm, Kernels, MR, NR, Vectorized};
 
 /// The AVX-512 instruction set, proven present by [`V4::try_new`].
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Avx512(pub V4);
-
-/// A forward [`Task`] to run inside [`V4::vectorize`], which compiles everything it inlines
-/// with AVX-512 enabled.
-pub(super) struct Run<'a, 'p>(pub Task<'a, 'p>, pub Avx512);
-
-impl pulp::NullaryFnOnce for Run<'_, '_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn call(self) {
-        self.0.run(self.1);
-    }
-}
-
-/// A backward [`backward::Task`] to run inside [`V4::vectorize`].
-pub(super) struct RunBackward<'t, 'a, 'p>(pub &'t mut backward::Task<'a, 'p>, pub Avx512);
-
-impl pulp::NullaryFnOnce for RunBackward<'_, '_, '_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn call(self) {
-        self.0.run(self.1);
-    }
-}
-
-/// One [`Gemm`] as its own AVX-512 function (see `avx2::RunGemm`).
-struct RunGemm<'a>(Gemm<'a>, Avx512);
-
-impl pulp::NullaryFnOnce for RunGemm<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn call(self) {
-        self.0.run(self.1);
-    }
-}
 
 /// Sixteen values from the front of `values`.
 #[inline(always)]
@@ -101,9 +63,10 @@ impl Avx512 {
 }
 
 impl Kernels for Avx512 {
+    /// One [`Gemm`] as its own AVX-512 function (see `Avx2::gemm`).
     #[inline(always)]
     fn gemm(self, product: Gemm<'_>) {
-        self.0.vectorize(RunGemm(product, self));
+        self.0.vectorize(Vectorized(product, self));
     }
 
     #[inline(always)]

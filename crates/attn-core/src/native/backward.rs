@@ -13,8 +13,8 @@
 //! dV_J += P_IJᵀ · dO_I      dK_J += dS_IJᵀ · Q_I      dQ_I += dS_IJ · K_J
 //! ```
 //!
-//! All five products run on the forward's register-blocked micro-kernel
-//! ([`Kernels::accumulate_tile`]), with the operand it streams packed in panels of [`NR`]
+//! All five products run on the SIMD layer's register-blocked micro-kernel
+//! ([`Kernels::accumulate_tile`], through [`Gemm`]), with the operand it streams packed in panels of [`NR`]
 //! columns. `dV_J` and `dK_J` are accumulated transposed (`dV_Jᵀ += dO_Iᵀ · P_IJ`), so the
 //! weights are packed straight from their rows and nothing of size `[BR, BC]` is transposed.
 //! Causal attention skips the blocks above the diagonal. One task per (batch, query head);
@@ -24,9 +24,9 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::kernel::{
-    Gemm, Instructions, Kernels, MR, NR, Portable, Problem, add_scaled, apply_mask,
-};
+use super::instructions::Instructions;
+use super::problem::{Problem, add_scaled, apply_mask};
+use super::simd::{Gemm, Kernels, MR, NR, Pass};
 
 /// Where a backward pass writes: the gradients of `q`, `k` and `v`, zeroed by the caller.
 ///
@@ -77,7 +77,13 @@ pub(super) fn backward_with(
     grads: Gradients<'_>,
     instructions: Instructions,
 ) {
-    let (sq, skv, dh, dvl) = (p.seq_len_q, p.seq_len_kv, p.d_head, p.d_value);
+    let Problem {
+        seq_len_q,
+        seq_len_kv,
+        d_head,
+        d_value,
+        ..
+    } = *p;
     if grads.dq.is_empty() && grads.dk.is_empty() {
         return;
     }
@@ -90,7 +96,7 @@ pub(super) fn backward_with(
     let group = p.n_heads / p.n_kv_heads;
     let run = |head: usize, dq: &mut [f32], dk: &mut [f32], dv: &mut [f32]| {
         WORKSPACE.with_borrow_mut(|workspace| {
-            let mut task = Task {
+            let mut task = BackwardTask {
                 inputs: &inputs,
                 head,
                 dq,
@@ -98,7 +104,7 @@ pub(super) fn backward_with(
                 dv,
                 workspace,
             };
-            task.dispatch(instructions);
+            instructions.run(&mut task);
             if workspace.bytes() > KEEP_BYTES {
                 *workspace = Workspace::default();
             }
@@ -108,9 +114,9 @@ pub(super) fn backward_with(
         // One task per (batch, head), owning that head's rows of dq, dk and dv.
         grads
             .dq
-            .par_chunks_mut(sq * dh)
-            .zip(grads.dk.par_chunks_mut(skv * dh))
-            .zip(grads.dv.par_chunks_mut(skv * dvl))
+            .par_chunks_mut(seq_len_q * d_head)
+            .zip(grads.dk.par_chunks_mut(seq_len_kv * d_head))
+            .zip(grads.dv.par_chunks_mut(seq_len_kv * d_value))
             .enumerate()
             .for_each(|(head, ((dq, dk), dv))| run(head, dq, dk, dv));
         return;
@@ -119,23 +125,32 @@ pub(super) fn backward_with(
     // summed below over the heads of a group.
     let shares: Vec<(Vec<f32>, Vec<f32>)> = grads
         .dq
-        .par_chunks_mut(sq * dh)
+        .par_chunks_mut(seq_len_q * d_head)
         .enumerate()
         .map(|(head, dq)| {
-            let (mut dk, mut dv) = (vec![0.0; skv * dh], vec![0.0; skv * dvl]);
+            let (mut dk, mut dv) = (
+                vec![0.0; seq_len_kv * d_head],
+                vec![0.0; seq_len_kv * d_value],
+            );
             run(head, dq, &mut dk, &mut dv);
             (dk, dv)
         })
         .collect();
     for (head, (dk, dv)) in shares.into_iter().enumerate() {
         let kv_head = head / group; // b · n_kv_heads + kv head
-        add(&mut grads.dk[kv_head * skv * dh..][..skv * dh], &dk);
-        add(&mut grads.dv[kv_head * skv * dvl..][..skv * dvl], &dv);
+        add(
+            &mut grads.dk[kv_head * seq_len_kv * d_head..][..seq_len_kv * d_head],
+            &dk,
+        );
+        add(
+            &mut grads.dv[kv_head * seq_len_kv * d_value..][..seq_len_kv * d_value],
+            &dv,
+        );
     }
 }
 
 thread_local! {
-    /// Each thread's [`Workspace`], kept from call to call (see `kernel::SCRATCH` for why).
+    /// Each thread's [`Workspace`], kept from call to call (see `forward::SCRATCH` for why).
     static WORKSPACE: RefCell<Workspace> = RefCell::new(Workspace::default());
 }
 
@@ -154,7 +169,7 @@ struct Inputs<'a, 'p> {
 }
 
 /// The gradients of one (batch, query head).
-pub(super) struct Task<'a, 'p> {
+pub(super) struct BackwardTask<'a, 'p> {
     inputs: &'a Inputs<'a, 'p>,
     /// `b · n_heads + h`.
     head: usize,
@@ -169,28 +184,30 @@ pub(super) struct Task<'a, 'p> {
 
 /// A task's buffers: one head's operands, padded with zeros and laid out for the
 /// micro-kernel (row-major operands with row counts rounded up to [`MR`], streamed operands in
-/// panels of [`NR`]), its accumulators and one block pair's scratch.
+/// panels of [`NR`]), its accumulators and one block pair's scratch. Sizes ending in `_mr` are
+/// rounded up to a multiple of [`MR`], in `_nr` to one of [`NR`], `seq_len_kv_padded` to one of
+/// [`KEY_STEP`].
 #[derive(Default)]
 pub(super) struct Workspace {
-    /// `q`, `[sq_p, d_head]`.
+    /// `q`, `[seq_len_q_mr, d_head]`.
     q: Vec<f32>,
-    /// `qᵀ` by blocks of queries, `[n_query_blocks][dh_m][BR]`.
+    /// `qᵀ` by blocks of queries, `[n_query_blocks][d_head_mr][BR]`.
     q_t: Vec<f32>,
-    /// `do`, `[sq_p, d_value]`.
+    /// `do`, `[seq_len_q_mr, d_value]`.
     d_out: Vec<f32>,
-    /// `doᵀ` by blocks of queries, `[n_query_blocks][dv_m][BR]`.
+    /// `doᵀ` by blocks of queries, `[n_query_blocks][d_value_mr][BR]`.
     d_out_t: Vec<f32>,
-    /// `kᵀ` in panels of keys, `[skv_p / NR][d_head][NR]` (for `S = Q·Kᵀ`).
+    /// `kᵀ` in panels of keys, `[seq_len_kv_padded / NR][d_head][NR]` (for `S = Q·Kᵀ`).
     k_t_panels: Vec<f32>,
-    /// `vᵀ` in panels of keys, `[skv_p / NR][d_value][NR]` (for `dP = dO·Vᵀ`).
+    /// `vᵀ` in panels of keys, `[seq_len_kv_padded / NR][d_value][NR]` (for `dP = dO·Vᵀ`).
     v_t_panels: Vec<f32>,
-    /// `k` in panels of `d_head` columns, `[dh_p / NR][skv_p][NR]` (for `dQ += dS·K`).
+    /// `k` in panels of `d_head` columns, `[d_head_nr / NR][seq_len_kv_padded][NR]` (for `dQ += dS·K`).
     k_panels: Vec<f32>,
-    /// `dq`, `[sq_p, dh_p]`.
+    /// `dq`, `[seq_len_q_mr, d_head_nr]`.
     dq: Vec<f32>,
-    /// `dkᵀ` by blocks of keys, `[n_key_blocks][dh_m][BC]`.
+    /// `dkᵀ` by blocks of keys, `[n_key_blocks][d_head_mr][BC]`.
     dk_t: Vec<f32>,
-    /// `dvᵀ` by blocks of keys, `[n_key_blocks][dv_m][BC]`.
+    /// `dvᵀ` by blocks of keys, `[n_key_blocks][d_value_mr][BC]`.
     dv_t: Vec<f32>,
     /// `S`, then `P`, of one block pair: `[BR, BC]`.
     s: Vec<f32>,
@@ -281,56 +298,10 @@ fn column_panels(out: &mut Vec<f32>, rows: &[f32], width: usize, width_p: usize,
     }
 }
 
-/// `c[m, n] += a[m, k] · b[k, n]` (see [`Gemm`]).
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn gemm_acc<K: Kernels>(
-    kernels: K,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    panel_stride: usize,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    kernels.gemm(Gemm {
-        m,
-        n,
-        k,
-        a,
-        lda,
-        b,
-        panel_stride,
-        c,
-        ldc,
-    });
-}
-
-impl Task<'_, '_> {
-    /// Runs the task with the widest vectors `instructions` allows and the CPU has.
-    fn dispatch(&mut self, instructions: Instructions) {
-        #[cfg(target_arch = "x86_64")]
-        if instructions == Instructions::Best
-            && let Some(simd) = pulp::x86::V4::try_new()
-        {
-            let kernels = super::avx512::Avx512(simd);
-            return simd.vectorize(super::avx512::RunBackward(self, kernels));
-        }
-        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-        if instructions != Instructions::Portable
-            && let Some(simd) = pulp::x86::V3::try_new()
-        {
-            return simd.vectorize(super::avx2::RunBackward(self, super::avx2::Avx2(simd)));
-        }
-        self.run(Portable);
-    }
-
+impl Pass for &mut BackwardTask<'_, '_> {
     /// The loop over key blocks and, inside, query blocks.
     #[inline(always)]
-    pub(super) fn run<K: Kernels>(&mut self, kernels: K) {
+    fn run<K: Kernels>(self, kernels: K) {
         let Inputs {
             p,
             context,
@@ -340,21 +311,28 @@ impl Task<'_, '_> {
         let head = self.head;
         let (b, h) = (head / p.n_heads, head % p.n_heads);
         let kv_head = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
-        let (sq, skv, dh, dvl) = (p.seq_len_q, p.seq_len_kv, p.d_head, p.d_value);
-        let sq_p = sq.next_multiple_of(MR);
-        let skv_p = skv.next_multiple_of(KEY_STEP);
+        let Problem {
+            seq_len_q,
+            seq_len_kv,
+            d_head,
+            d_value,
+            ..
+        } = *p;
+        // Padded sizes: `_mr` rounded up to a multiple of MR, `_nr` of NR; keys to KEY_STEP.
+        let seq_len_q_mr = seq_len_q.next_multiple_of(MR);
+        let seq_len_kv_padded = seq_len_kv.next_multiple_of(KEY_STEP);
         // The transposed accumulators keep whole blocks of BC columns (row stride BC).
-        let skv_blocks = skv.next_multiple_of(BC);
-        let (dh_m, dv_m) = (dh.next_multiple_of(MR), dvl.next_multiple_of(MR));
-        let dh_p = dh.next_multiple_of(NR);
+        let seq_len_kv_blocks = seq_len_kv.next_multiple_of(BC);
+        let (d_head_mr, d_value_mr) = (d_head.next_multiple_of(MR), d_value.next_multiple_of(MR));
+        let d_head_nr = d_head.next_multiple_of(NR);
         let to_base_2 = std::f32::consts::LOG2_E;
 
-        let q = &p.q[head * sq * dh..][..sq * dh];
-        let k = &p.k[kv_head * skv * dh..][..skv * dh];
-        let v = &p.v[kv_head * skv * dvl..][..skv * dvl];
-        let d_out = &d_context[head * sq * dvl..][..sq * dvl];
-        let out = &context[head * sq * dvl..][..sq * dvl];
-        let lse = &lse[head * sq..][..sq];
+        let q = &p.q[head * seq_len_q * d_head..][..seq_len_q * d_head];
+        let k = &p.k[kv_head * seq_len_kv * d_head..][..seq_len_kv * d_head];
+        let v = &p.v[kv_head * seq_len_kv * d_value..][..seq_len_kv * d_value];
+        let d_out = &d_context[head * seq_len_q * d_value..][..seq_len_q * d_value];
+        let out = &context[head * seq_len_q * d_value..][..seq_len_q * d_value];
+        let lse = &lse[head * seq_len_q..][..seq_len_q];
         let Workspace {
             q: q_rows,
             q_t,
@@ -371,34 +349,34 @@ impl Task<'_, '_> {
             p_panels,
             ds_panels,
         } = &mut *self.workspace;
-        padded_rows(q_rows, q, dh, sq_p);
-        transposed_blocks(q_t, q, dh, dh_m, BR);
-        padded_rows(d_out_rows, d_out, dvl, sq_p);
-        transposed_blocks(d_out_t, d_out, dvl, dv_m, BR);
-        row_panels(k_t_panels, k, dh, skv_p);
-        row_panels(v_t_panels, v, dvl, skv_p);
-        column_panels(k_panels, k, dh, dh_p, skv_p);
+        padded_rows(q_rows, q, d_head, seq_len_q_mr);
+        transposed_blocks(q_t, q, d_head, d_head_mr, BR);
+        padded_rows(d_out_rows, d_out, d_value, seq_len_q_mr);
+        transposed_blocks(d_out_t, d_out, d_value, d_value_mr, BR);
+        row_panels(k_t_panels, k, d_head, seq_len_kv_padded);
+        row_panels(v_t_panels, v, d_value, seq_len_kv_padded);
+        column_panels(k_panels, k, d_head, d_head_nr, seq_len_kv_padded);
         // D_i = do_i · o_i; lse in base 2.
         let d: Vec<f32> = d_out
-            .chunks_exact(dvl)
-            .zip(out.chunks_exact(dvl))
+            .chunks_exact(d_value)
+            .zip(out.chunks_exact(d_value))
             .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
             .collect();
         let lse_2: Vec<f32> = lse.iter().map(|&l| l * to_base_2).collect();
 
-        let dq = zeroed(dq, sq_p * dh_p);
-        let dk_t = zeroed(dk_t, dh_m * skv_blocks);
-        let dv_t = zeroed(dv_t, dv_m * skv_blocks);
+        let dq = zeroed(dq, seq_len_q_mr * d_head_nr);
+        let dk_t = zeroed(dk_t, d_head_mr * seq_len_kv_blocks);
+        let dv_t = zeroed(dv_t, d_value_mr * seq_len_kv_blocks);
         let s = zeroed(s, BR * BC);
         let dp = zeroed(dp, BR * BC);
         let p_panels = zeroed(p_panels, BC * BR);
         let ds_panels = zeroed(ds_panels, BC * BR);
 
-        for j0 in (0..skv_p).step_by(BC) {
-            let bc = BC.min(skv_p - j0);
-            let keys = (skv - j0).min(bc); // real keys in the block
-            for i0 in (0..sq_p).step_by(BR) {
-                let br = BR.min(sq_p - i0);
+        for j0 in (0..seq_len_kv_padded).step_by(BC) {
+            let bc = BC.min(seq_len_kv_padded - j0);
+            let keys = (seq_len_kv - j0).min(bc); // real keys in the block
+            for i0 in (0..seq_len_q_mr).step_by(BR) {
+                let br = BR.min(seq_len_q_mr - i0);
                 // Causal: the block's last query sees keys up to `i0 + br − 1 + offset`.
                 if p.causal_offset
                     .is_some_and(|offset| j0 as i64 > (i0 + br) as i64 - 1 + offset)
@@ -409,17 +387,37 @@ impl Task<'_, '_> {
                 let (s, dp) = (&mut s[..br * BC], &mut dp[..br * BC]);
                 s.fill(0.0);
                 dp.fill(0.0);
-                let a = &q_rows[i0 * dh..];
-                let panels = &k_t_panels[j0 * dh..];
-                gemm_acc(kernels, br, bc, dh, a, dh, panels, dh * NR, s, BC);
-                let a = &d_out_rows[i0 * dvl..];
-                let panels = &v_t_panels[j0 * dvl..];
-                gemm_acc(kernels, br, bc, dvl, a, dvl, panels, dvl * NR, dp, BC);
+                let a = &q_rows[i0 * d_head..];
+                let panels = &k_t_panels[j0 * d_head..];
+                kernels.gemm(Gemm {
+                    m: br,
+                    n: bc,
+                    k: d_head,
+                    a,
+                    lda: d_head,
+                    b: panels,
+                    panel_stride: d_head * NR,
+                    c: s,
+                    ldc: BC,
+                });
+                let a = &d_out_rows[i0 * d_value..];
+                let panels = &v_t_panels[j0 * d_value..];
+                kernels.gemm(Gemm {
+                    m: br,
+                    n: bc,
+                    k: d_value,
+                    a,
+                    lda: d_value,
+                    b: panels,
+                    panel_stride: d_value * NR,
+                    c: dp,
+                    ldc: BC,
+                });
 
                 for r in 0..br {
                     let i = i0 + r;
                     let (s_row, dp_row) = (&mut s[r * BC..][..bc], &mut dp[r * BC..][..bc]);
-                    if i >= sq || lse[i] == f32::NEG_INFINITY {
+                    if i >= seq_len_q || lse[i] == f32::NEG_INFINITY {
                         // Padding, or every key masked: zero output, zero gradient.
                         s_row.fill(0.0);
                         dp_row.fill(0.0);
@@ -455,29 +453,59 @@ impl Task<'_, '_> {
                 }
 
                 // dV_Jᵀ += dO_Iᵀ · P and dK_Jᵀ += Q_Iᵀ · dS: [d, bc], k = br.
-                let a = &d_out_t[i0 * dv_m..];
-                let c = &mut dv_t[j0 * dv_m..];
-                gemm_acc(kernels, dv_m, bc, br, a, BR, p_panels, BR * NR, c, BC);
-                let a = &q_t[i0 * dh_m..];
-                let c = &mut dk_t[j0 * dh_m..];
-                gemm_acc(kernels, dh_m, bc, br, a, BR, ds_panels, BR * NR, c, BC);
-                // dQ_I += dS · K_J: [br, dh_p], k = bc.
+                let a = &d_out_t[i0 * d_value_mr..];
+                let c = &mut dv_t[j0 * d_value_mr..];
+                kernels.gemm(Gemm {
+                    m: d_value_mr,
+                    n: bc,
+                    k: br,
+                    a,
+                    lda: BR,
+                    b: p_panels,
+                    panel_stride: BR * NR,
+                    c,
+                    ldc: BC,
+                });
+                let a = &q_t[i0 * d_head_mr..];
+                let c = &mut dk_t[j0 * d_head_mr..];
+                kernels.gemm(Gemm {
+                    m: d_head_mr,
+                    n: bc,
+                    k: br,
+                    a,
+                    lda: BR,
+                    b: ds_panels,
+                    panel_stride: BR * NR,
+                    c,
+                    ldc: BC,
+                });
+                // dQ_I += dS · K_J: [br, d_head_nr], k = bc.
                 let panels = &k_panels[j0 * NR..];
-                let c = &mut dq[i0 * dh_p..];
-                gemm_acc(kernels, br, dh_p, bc, dp, BC, panels, skv_p * NR, c, dh_p);
+                let c = &mut dq[i0 * d_head_nr..];
+                kernels.gemm(Gemm {
+                    m: br,
+                    n: d_head_nr,
+                    k: bc,
+                    a: dp,
+                    lda: BC,
+                    b: panels,
+                    panel_stride: seq_len_kv_padded * NR,
+                    c,
+                    ldc: d_head_nr,
+                });
             }
         }
 
-        for (i, row) in self.dq.chunks_exact_mut(dh).enumerate() {
-            row.copy_from_slice(&dq[i * dh_p..][..dh]);
+        for (i, row) in self.dq.chunks_exact_mut(d_head).enumerate() {
+            row.copy_from_slice(&dq[i * d_head_nr..][..d_head]);
         }
-        for j in 0..skv {
+        for j in 0..seq_len_kv {
             let (tile, col) = (j / BC * BC, j % BC);
-            for c in 0..dh {
-                self.dk[j * dh + c] = dk_t[tile * dh_m + c * BC + col];
+            for c in 0..d_head {
+                self.dk[j * d_head + c] = dk_t[tile * d_head_mr + c * BC + col];
             }
-            for c in 0..dvl {
-                self.dv[j * dvl + c] = dv_t[tile * dv_m + c * BC + col];
+            for c in 0..d_value {
+                self.dv[j * d_value + c] = dv_t[tile * d_value_mr + c * BC + col];
             }
         }
     }
@@ -486,30 +514,36 @@ impl Task<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::kernel::Broadcast;
+    use crate::native::problem::Broadcast;
     use attn_testing::SeededRng;
 
     /// The gradients by the definition, one weight at a time, in `f64`.
     fn reference(p: &Problem, context: &[f32], d_out: &[f32]) -> [Vec<f64>; 3] {
-        let (sq, skv, dh, dvl) = (p.seq_len_q, p.seq_len_kv, p.d_head, p.d_value);
+        let Problem {
+            seq_len_q,
+            seq_len_kv,
+            d_head,
+            d_value,
+            ..
+        } = *p;
         let group = p.n_heads / p.n_kv_heads;
-        let mut dq = vec![0.0; p.batch * p.n_heads * sq * dh];
-        let mut dk = vec![0.0; p.batch * p.n_kv_heads * skv * dh];
-        let mut dv = vec![0.0; p.batch * p.n_kv_heads * skv * dvl];
+        let mut dq = vec![0.0; p.batch * p.n_heads * seq_len_q * d_head];
+        let mut dk = vec![0.0; p.batch * p.n_kv_heads * seq_len_kv * d_head];
+        let mut dv = vec![0.0; p.batch * p.n_kv_heads * seq_len_kv * d_value];
         for b in 0..p.batch {
             for h in 0..p.n_heads {
                 let head = b * p.n_heads + h;
-                let kvh = b * p.n_kv_heads + h / group;
-                for i in 0..sq {
+                let kv_head = b * p.n_kv_heads + h / group;
+                for i in 0..seq_len_q {
                     let score = |j: usize| -> Option<f64> {
                         let causal = p.causal_offset.is_some_and(|o| j as i64 > i as i64 + o);
                         if causal || p.mask.is_some_and(|m| m.at(b, h, i, j)) {
                             return None;
                         }
-                        let dot: f64 = (0..dh)
+                        let dot: f64 = (0..d_head)
                             .map(|c| {
-                                f64::from(p.q[(head * sq + i) * dh + c])
-                                    * f64::from(p.k[(kvh * skv + j) * dh + c])
+                                f64::from(p.q[(head * seq_len_q + i) * d_head + c])
+                                    * f64::from(p.k[(kv_head * seq_len_kv + j) * d_head + c])
                             })
                             .sum();
                         Some(
@@ -517,7 +551,7 @@ mod tests {
                                 + p.bias.map_or(0.0, |x| f64::from(x.at(b, h, i, j))),
                         )
                     };
-                    let scores: Vec<Option<f64>> = (0..skv).map(score).collect();
+                    let scores: Vec<Option<f64>> = (0..seq_len_kv).map(score).collect();
                     let max = scores
                         .iter()
                         .flatten()
@@ -526,28 +560,29 @@ mod tests {
                         continue;
                     }
                     let total: f64 = scores.iter().flatten().map(|s| (s - max).exp()).sum();
-                    let row = (head * sq + i) * dvl;
-                    let d_i: f64 = (0..dvl)
+                    let row = (head * seq_len_q + i) * d_value;
+                    let d_i: f64 = (0..d_value)
                         .map(|c| f64::from(d_out[row + c]) * f64::from(context[row + c]))
                         .sum();
                     for (j, s) in scores.iter().enumerate() {
                         let Some(s) = s else { continue };
                         let w = (s - max).exp() / total;
-                        let dp: f64 = (0..dvl)
+                        let dp: f64 = (0..d_value)
                             .map(|c| {
                                 f64::from(d_out[row + c])
-                                    * f64::from(p.v[(kvh * skv + j) * dvl + c])
+                                    * f64::from(p.v[(kv_head * seq_len_kv + j) * d_value + c])
                             })
                             .sum();
                         let ds = w * (dp - d_i) * f64::from(p.scale);
-                        for c in 0..dvl {
-                            dv[(kvh * skv + j) * dvl + c] += w * f64::from(d_out[row + c]);
+                        for c in 0..d_value {
+                            dv[(kv_head * seq_len_kv + j) * d_value + c] +=
+                                w * f64::from(d_out[row + c]);
                         }
-                        for c in 0..dh {
-                            dq[(head * sq + i) * dh + c] +=
-                                ds * f64::from(p.k[(kvh * skv + j) * dh + c]);
-                            dk[(kvh * skv + j) * dh + c] +=
-                                ds * f64::from(p.q[(head * sq + i) * dh + c]);
+                        for c in 0..d_head {
+                            dq[(head * seq_len_q + i) * d_head + c] +=
+                                ds * f64::from(p.k[(kv_head * seq_len_kv + j) * d_head + c]);
+                            dk[(kv_head * seq_len_kv + j) * d_head + c] +=
+                                ds * f64::from(p.q[(head * seq_len_q + i) * d_head + c]);
                         }
                     }
                 }
@@ -563,7 +598,7 @@ mod tests {
             |rng: &mut SeededRng, n: usize| -> Vec<f32> { (0..n).map(|_| rng.unit()).collect() };
         // Lengths on and off the block edges (BR = 96 queries, BC = 96 keys), odd head sizes,
         // grouped heads, a mask, a bias and both causal offsets.
-        for (trial, &(sq, skv, dh, dvl)) in [
+        for (trial, &(seq_len_q, seq_len_kv, d_head, d_value)) in [
             (5, 7, 3, 5),
             (97, 100, 17, 9),
             (96, 192, 16, 16),
@@ -574,15 +609,17 @@ mod tests {
         {
             let (batch, n_kv_heads, group) = (1, 2, 1 + trial % 2);
             let n_heads = n_kv_heads * group;
-            let q = values(&mut rng, batch * n_heads * sq * dh);
-            let k = values(&mut rng, batch * n_kv_heads * skv * dh);
-            let v = values(&mut rng, batch * n_kv_heads * skv * dvl);
-            let mask: Vec<bool> = (0..sq * skv).map(|_| rng.unit() > 0.8).collect();
-            let bias = values(&mut rng, n_heads * sq * skv);
+            let q = values(&mut rng, batch * n_heads * seq_len_q * d_head);
+            let k = values(&mut rng, batch * n_kv_heads * seq_len_kv * d_head);
+            let v = values(&mut rng, batch * n_kv_heads * seq_len_kv * d_value);
+            let mask: Vec<bool> = (0..seq_len_q * seq_len_kv)
+                .map(|_| rng.unit() > 0.8)
+                .collect();
+            let bias = values(&mut rng, n_heads * seq_len_q * seq_len_kv);
             let causal_offset = match trial % 3 {
                 0 => None,
                 1 => Some(0),
-                _ => Some(skv as i64 - sq as i64),
+                _ => Some(seq_len_kv as i64 - seq_len_q as i64),
             };
             let p = Problem {
                 q: &q,
@@ -591,18 +628,18 @@ mod tests {
                 batch,
                 n_heads,
                 n_kv_heads,
-                seq_len_q: sq,
-                seq_len_kv: skv,
-                d_head: dh,
-                d_value: dvl,
+                seq_len_q,
+                seq_len_kv,
+                d_head,
+                d_value,
                 scale: 0.4,
-                mask: Some(Broadcast::new(&mask, [1, 1, sq, skv])),
-                bias: Some(Broadcast::new(&bias, [1, n_heads, sq, skv])),
+                mask: Some(Broadcast::new(&mask, [1, 1, seq_len_q, seq_len_kv])),
+                bias: Some(Broadcast::new(&bias, [1, n_heads, seq_len_q, seq_len_kv])),
                 causal_offset,
             };
-            let mut context = vec![0.0; batch * n_heads * sq * dvl];
-            let mut lse = vec![0.0; batch * n_heads * sq];
-            super::super::kernel::attention(&p, &mut context, Some(&mut lse));
+            let mut context = vec![0.0; batch * n_heads * seq_len_q * d_value];
+            let mut lse = vec![0.0; batch * n_heads * seq_len_q];
+            crate::native::forward::attention(&p, &mut context, Some(&mut lse));
             let d_out = values(&mut rng, context.len());
             let expected = reference(&p, &context, &d_out);
             for instructions in [

@@ -5,15 +5,31 @@
 //!
 //! On flex and ndarray the kernel and its backward run as [`FlashAttentionOps`]
 //! (crate::FlashAttentionOps), burn's backend-extension mechanism: one backend operation, and
-//! one autodiff node whose backward is [`backward::attention_backward`]. flex lends the
-//! storage of contiguous `f32` tensors, so the kernel reads `q`, `k` and `v` in place; ndarray's
-//! tensors are read with `into_data` (an `O(seq_len · d_head)` copy against
-//! `O(seq_len² · d_head)` work).
+//! one autodiff node whose backward is the backward pass. flex lends the storage of contiguous
+//! `f32` tensors, so the kernel reads `q`, `k` and `v` in place; ndarray's tensors are read with
+//! `into_data` (an `O(seq_len · d_head)` copy against `O(seq_len² · d_head)` work).
 //!
 //! The public [`native_attention`] and [`native_attention_backward`] take the same kernels
 //! through host copies (`into_data`, `from_data`), so they work on any device (a GPU tensor
 //! takes a round trip through host memory); the automatic strategy takes the kernel only where
 //! the data already lives in host memory: [`native_serves`].
+//!
+//! # Layout
+//!
+//! This file is the public API; beneath it, each line uses only the lines below it:
+//!
+//! ```text
+//! host.rs                          burn tensors ⇄ host buffers (HostInputs)
+//! forward.rs, backward.rs          the passes (ForwardTask, BackwardTask)
+//! problem.rs                       the inputs as host slices (Problem, Broadcast)
+//! instructions.rs                  which instruction set runs a pass (Instructions)
+//! portable.rs, avx2.rs, avx512.rs  the kernels, once per instruction set (with exp.rs)
+//! simd.rs                          the SIMD layer (Kernels, Gemm, MR, NR, Pass, Vectorized)
+//! ```
+//!
+//! Only this file and `host.rs` import burn; the passes and the kernels work on plain slices.
+//! A new pass is a new file beside `forward.rs` that implements `simd::Pass`; no
+//! instruction-set file changes.
 
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod avx2;
@@ -21,14 +37,16 @@ mod avx2;
 mod avx512;
 mod backward;
 mod exp;
-mod kernel;
+mod forward;
+pub(crate) mod host;
+mod instructions;
+mod portable;
+mod problem;
+mod simd;
 
-use std::borrow::Cow;
-
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 
 use crate::{AttentionError, AttentionOptions, PreparedAttention, Strategy};
-use kernel::{Broadcast, Problem};
 
 /// What [`native_attention`] returns.
 #[derive(Clone, Debug)]
@@ -87,7 +105,7 @@ pub fn native_attention(
 ) -> Result<NativeOutput, AttentionError> {
     let plan = PreparedAttention::new(&q, &k, &v, options)?;
     check_can_run(&q, &k, &v, options, &plan, false)?;
-    let (context, lse) = run(q, k, v, &plan, true);
+    let (context, lse) = host::forward_tensors(q, k, v, &plan, true);
     Ok(NativeOutput {
         context,
         lse: lse.expect("the log-sum-exp was asked for"),
@@ -139,8 +157,7 @@ pub fn native_attention_backward(
             what: "apply dropout to the weights",
         });
     }
-    let [batch, n_heads, seq_len_q, seq_len_kv] = plan.scores_shape;
-    let [_, n_kv_heads, _, d_head] = k.dims();
+    let [batch, n_heads, seq_len_q, _] = plan.scores_shape;
     let d_value = v.dims()[3];
     let context_shape = vec![batch, n_heads, seq_len_q, d_value];
     for (what, got, expected) in [
@@ -164,24 +181,14 @@ pub fn native_attention_backward(
             });
         }
     }
-    let device = q.device();
-    let dtype = q.dtype();
-    let host = Host::new(q, k, v, &plan);
-    let [dq, dk, dv] = host.backward(
-        plan.scale as f32,
-        plan.causal_offset,
-        slice(&floats(forward.context.clone())),
-        slice(&floats(forward.lse.clone())),
-        slice(&floats(d_context)),
+    let [dq, dk, dv] = host::backward_tensors(
+        [q, k, v],
+        &plan,
+        forward.context.clone(),
+        forward.lse.clone(),
+        d_context,
     );
-    let tensor = |data: Vec<f32>, shape: [usize; 4]| {
-        Tensor::<4>::from_data(TensorData::new(data, shape), &device).cast(dtype)
-    };
-    Ok(NativeGradients {
-        dq: tensor(dq, [batch, n_heads, seq_len_q, d_head]),
-        dk: tensor(dk, [batch, n_kv_heads, seq_len_kv, d_head]),
-        dv: tensor(dv, [batch, n_kv_heads, seq_len_kv, d_value]),
-    })
+    Ok(NativeGradients { dq, dk, dv })
 }
 
 /// Refuses what the native kernel cannot do: return or drop weights, or be differentiated
@@ -194,11 +201,12 @@ pub(crate) fn check_can_run(
     plan: &PreparedAttention,
     differentiable: bool,
 ) -> Result<(), AttentionError> {
+    let bias = plan.bias.as_ref().is_some_and(Tensor::is_tracked);
     let what = if options.need_weights {
         "return the attention weights"
     } else if plan.dropout > 0.0 {
         "apply dropout to the weights"
-    } else if !differentiable && (q.is_tracked() || k.is_tracked() || v.is_tracked()) {
+    } else if !differentiable && (q.is_tracked() || k.is_tracked() || v.is_tracked() || bias) {
         "be recorded by autodiff (native_attention_backward computes its gradients)"
     } else {
         return Ok(());
@@ -216,224 +224,7 @@ pub(crate) fn attention(
     v: Tensor<4>,
     plan: &PreparedAttention,
 ) -> Tensor<4> {
-    run(q, k, v, plan, false).0
-}
-
-/// Copies the inputs to the host, runs the kernel, and builds the outputs on `q`'s device.
-fn run(
-    q: Tensor<4>,
-    k: Tensor<4>,
-    v: Tensor<4>,
-    plan: &PreparedAttention,
-    want_lse: bool,
-) -> (Tensor<4>, Option<Tensor<3>>) {
-    let [batch, n_heads, seq_len_q, _] = plan.scores_shape;
-    let d_value = v.dims()[3];
-    let device = q.device();
-    let dtype = q.dtype();
-    let host = Host::new(q, k, v, plan);
-    let (context, lse) = host.forward(plan.scale as f32, plan.causal_offset, want_lse);
-    let context = Tensor::<4>::from_data(
-        TensorData::new(context, [batch, n_heads, seq_len_q, d_value]),
-        &device,
-    )
-    .cast(dtype);
-    let lse = lse.map(|lse| {
-        Tensor::<3>::from_data(TensorData::new(lse, [batch, n_heads, seq_len_q]), &device)
-            .cast(dtype)
-    });
-    (context, lse)
-}
-
-/// One problem's inputs in host memory as `f32` (booleans for the mask), with their shapes.
-///
-/// The values are borrowed where a backend lends its storage (flex, for contiguous `f32`
-/// tensors) and owned copies otherwise.
-pub(crate) struct Host<'a> {
-    /// `q`'s `[batch, n_heads, seq_len_q, d_head]`.
-    q_dims: [usize; 4],
-    /// `k`'s `[batch, n_kv_heads, seq_len_kv, d_head]`.
-    k_dims: [usize; 4],
-    d_value: usize,
-    q: Cow<'a, [f32]>,
-    k: Cow<'a, [f32]>,
-    v: Cow<'a, [f32]>,
-    mask: Option<([usize; 4], Vec<bool>)>,
-    bias: Option<([usize; 4], Cow<'a, [f32]>)>,
-}
-
-impl<'a> Host<'a> {
-    fn new(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, plan: &PreparedAttention) -> Self {
-        Self::from_data(
-            q.into_data(),
-            k.into_data(),
-            v.into_data(),
-            plan.mask.clone().map(|m| m.into_data()),
-            plan.bias.clone().map(|b| b.into_data()),
-        )
-    }
-
-    /// The inputs read from any backend: floats of any precision become `f32`; the mask and
-    /// the bias keep their own (broadcasting) shapes.
-    pub(crate) fn from_data(
-        q: TensorData,
-        k: TensorData,
-        v: TensorData,
-        mask: Option<TensorData>,
-        bias: Option<TensorData>,
-    ) -> Self {
-        let dims = [&q, &k, &v].map(data_dims);
-        let values = [q, k, v].map(|data| Cow::Owned(f32_vec(data)));
-        Self::from_parts(values, dims, mask, bias)
-    }
-
-    /// `q`, `k`, `v` as row-major `f32` values with the given shapes (borrowed from a
-    /// backend's storage where it allows); the mask and bias as data read from the backend.
-    pub(crate) fn from_parts(
-        [q, k, v]: [Cow<'a, [f32]>; 3],
-        [q_dims, k_dims, v_dims]: [[usize; 4]; 3],
-        mask: Option<TensorData>,
-        bias: Option<TensorData>,
-    ) -> Self {
-        Self {
-            q_dims,
-            k_dims,
-            d_value: v_dims[3],
-            q,
-            k,
-            v,
-            mask: mask.map(|m| (data_dims(&m), bool_vec(m))),
-            bias: bias.map(|b| (data_dims(&b), Cow::Owned(f32_vec(b)))),
-        }
-    }
-
-    /// The shapes of `q`, `k` and `v`.
-    pub(crate) fn input_shapes(&self) -> [[usize; 4]; 3] {
-        let [batch, n_kv_heads, seq_len_kv, _] = self.k_dims;
-        [
-            self.q_dims,
-            self.k_dims,
-            [batch, n_kv_heads, seq_len_kv, self.d_value],
-        ]
-    }
-
-    /// `[batch, n_heads, seq_len_q, seq_len_kv]`.
-    pub(crate) fn scores_shape(&self) -> [usize; 4] {
-        let [batch, n_heads, seq_len_q, _] = self.q_dims;
-        [batch, n_heads, seq_len_q, self.k_dims[2]]
-    }
-
-    /// The kernel's view of these inputs.
-    fn problem(&self, scale: f32, causal_offset: Option<i64>) -> Problem<'_> {
-        let [batch, n_heads, seq_len_q, seq_len_kv] = self.scores_shape();
-        let [_, n_kv_heads, _, d_head] = self.k_dims;
-        Problem {
-            q: &self.q,
-            k: &self.k,
-            v: &self.v,
-            batch,
-            n_heads,
-            n_kv_heads,
-            seq_len_q,
-            seq_len_kv,
-            d_head,
-            d_value: self.d_value,
-            scale,
-            mask: self
-                .mask
-                .as_ref()
-                .map(|(dims, data)| Broadcast::new(data.as_slice(), *dims)),
-            bias: self
-                .bias
-                .as_ref()
-                .map(|(dims, data)| Broadcast::new(data, *dims)),
-            causal_offset,
-        }
-    }
-
-    /// The context `[batch, n_heads, seq_len_q, d_value]` and, when asked for, each row's
-    /// log-sum-exp `[batch, n_heads, seq_len_q]`, row-major.
-    pub(crate) fn forward(
-        &self,
-        scale: f32,
-        causal_offset: Option<i64>,
-        want_lse: bool,
-    ) -> (Vec<f32>, Option<Vec<f32>>) {
-        let [batch, n_heads, seq_len_q, _] = self.scores_shape();
-        let mut context = vec![0.0; batch * n_heads * seq_len_q * self.d_value];
-        let mut lse = want_lse.then(|| vec![0.0; batch * n_heads * seq_len_q]);
-        kernel::attention(
-            &self.problem(scale, causal_offset),
-            &mut context,
-            lse.as_deref_mut(),
-        );
-        (context, lse)
-    }
-
-    /// `[dq, dk, dv]`, row-major and shaped like `q`, `k` and `v`, from the forward's context
-    /// and log-sum-exp and the gradient of the context.
-    pub(crate) fn backward(
-        &self,
-        scale: f32,
-        causal_offset: Option<i64>,
-        context: &[f32],
-        lse: &[f32],
-        d_context: &[f32],
-    ) -> [Vec<f32>; 3] {
-        let mut dq = vec![0.0; self.q.len()];
-        let mut dk = vec![0.0; self.k.len()];
-        let mut dv = vec![0.0; self.v.len()];
-        backward::attention_backward(
-            &self.problem(scale, causal_offset),
-            context,
-            lse,
-            d_context,
-            backward::Gradients {
-                dq: &mut dq,
-                dk: &mut dk,
-                dv: &mut dv,
-            },
-        );
-        [dq, dk, dv]
-    }
-}
-
-/// The shape of four-dimensional data.
-fn data_dims(data: &TensorData) -> [usize; 4] {
-    data.shape()
-        .as_slice()
-        .try_into()
-        .expect("attention inputs have four dimensions")
-}
-
-/// Float data as `f32`.
-pub(crate) fn to_f32(data: TensorData) -> TensorData {
-    data.try_cast_as::<f32>()
-        .expect("float tensors convert to f32")
-}
-
-/// Float data as a vector of `f32`.
-pub(crate) fn f32_vec(data: TensorData) -> Vec<f32> {
-    to_f32(data)
-        .try_into_vec::<f32>()
-        .expect("to_f32 made f32 data")
-}
-
-/// Bool data as a vector of `bool`.
-fn bool_vec(data: TensorData) -> Vec<bool> {
-    data.try_cast_as::<bool>()
-        .and_then(|d| d.try_into_vec::<bool>())
-        .expect("bool tensors convert to bool")
-}
-
-/// A float tensor's values as `f32`, row-major.
-fn floats<const D: usize>(t: Tensor<D>) -> TensorData {
-    to_f32(t.into_data())
-}
-
-/// The `f32` values of data made by [`floats`].
-pub(crate) fn slice(data: &TensorData) -> &[f32] {
-    data.as_slice::<f32>().expect("floats() made f32 data")
+    host::forward_tensors(q, k, v, plan, false).0
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The blocked attention kernel on plain `f32` slices: FlashAttention-2's loop order on a CPU.
+//! The forward pass on plain `f32` slices: FlashAttention-2's loop order on a CPU.
 //!
 //! One task owns `BLOCK_Q` queries of one head and walks the keys in blocks of `BLOCK_KV`,
 //! keeping a running row maximum `m`, a running denominator `l` and an unnormalised output
@@ -17,7 +17,7 @@
 //! Working in base 2 folds `log2 e` into the query scale and the bias, so each weight costs
 //! one `2^x` and no multiply.
 //!
-//! Both products run on register-blocked micro-kernels ([`Kernels`]) that keep an
+//! Both products run on the SIMD layer's register-blocked micro-kernels ([`Kernels`]) that keep an
 //! `[MR, NR] = [6, 16]` block of the result in twelve 8-wide registers for a whole inner
 //! loop: per step one row of 16 values is loaded and each of 6 values is broadcast against it.
 //! Keys and values are packed once per head into panels of 16 (`kᵀ` as `[d_head][16]`, `v` as
@@ -29,103 +29,22 @@
 //! Causal attention skips the key blocks above the diagonal altogether. Rows whose keys are
 //! all masked end with `l = 0` and return zeros, as the other strategies do.
 //!
-//! The inner loops exist three times: [`Portable`] (plain Rust, left to LLVM's
-//! auto-vectoriser), `avx2::Avx2` (explicit 8-wide vectors) and `avx512::Avx512` (16-wide),
-//! the widest the CPU has picked at run time through [`pulp`]'s feature detection. None needs
-//! `unsafe`.
+//! The pass is written once over [`Kernels`]; [`Instructions::run`] runs each task on the
+//! widest implementation the CPU has (`portable.rs`, `avx2.rs`, `avx512.rs`), picked at run
+//! time through [`pulp`]'s feature detection. None needs `unsafe`.
 
 use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::exp::{exp2, mul_add};
+use super::instructions::Instructions;
+use super::problem::{Problem, add_scaled, apply_mask};
+use super::simd::{Kernels, MR, NR, Pass};
 
-/// Rows of the micro-kernel's register block.
-pub(super) const MR: usize = 6;
-/// Columns of the micro-kernel's register block: two 8-wide AVX registers.
-pub(super) const NR: usize = 16;
 /// Queries per task: a multiple of [`MR`].
 const BLOCK_Q: usize = 16 * MR;
 /// Keys per block: a multiple of [`NR`].
 const BLOCK_KV: usize = 256;
-
-/// A mask or bias that broadcasts to `[batch, n_heads, seq_len_q, seq_len_kv]`: element
-/// `[b, h, i, j]` sits at `b·strides[0] + h·strides[1] + i·strides[2] + j·strides[3]`, with
-/// stride 0 along every broadcast dimension.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Broadcast<'a, T> {
-    /// The values, row-major in their own (possibly broadcast) shape.
-    pub data: &'a [T],
-    /// Element strides; 0 where the dimension is broadcast.
-    pub strides: [usize; 4],
-}
-
-impl<'a, T: Copy> Broadcast<'a, T> {
-    /// A row-major tensor of shape `dims` broadcast to its target: size-1 dimensions get
-    /// stride 0.
-    pub fn new(data: &'a [T], dims: [usize; 4]) -> Self {
-        let mut strides = [0; 4];
-        let mut step = 1;
-        for axis in (0..4).rev() {
-            strides[axis] = if dims[axis] == 1 { 0 } else { step };
-            step *= dims[axis];
-        }
-        Self { data, strides }
-    }
-
-    /// Element `[b, h, i, j]` (the tests' reference reads one value at a time).
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub fn at(&self, b: usize, h: usize, i: usize, j: usize) -> T {
-        let [sb, sh, si, sj] = self.strides;
-        self.data[b * sb + h * sh + i * si + j * sj]
-    }
-
-    /// Keys `j0..j0 + len` of row `[b, h, i]`: a slice, or one value when the key axis is
-    /// broadcast.
-    pub(super) fn row(&self, b: usize, h: usize, i: usize, j0: usize, len: usize) -> Row<'a, T> {
-        let [sb, sh, si, sj] = self.strides;
-        let start = b * sb + h * sh + i * si + j0 * sj;
-        if sj == 0 {
-            Row::Same(self.data[start])
-        } else {
-            Row::Keys(&self.data[start..start + len])
-        }
-    }
-}
-
-/// One row of a [`Broadcast`] over a block of keys.
-pub(super) enum Row<'a, T> {
-    /// One value per key.
-    Keys(&'a [T]),
-    /// The same value for every key.
-    Same(T),
-}
-
-/// Everything the kernel needs, as host slices.
-///
-/// # Shapes
-/// - `q`: `[batch, n_heads, seq_len_q, d_head]`, row-major
-/// - `k`: `[batch, n_kv_heads, seq_len_kv, d_head]`
-/// - `v`: `[batch, n_kv_heads, seq_len_kv, d_value]`
-/// - `mask` (`true` = not attended), `bias`: broadcast to `[batch, n_heads, seq_len_q, seq_len_kv]`
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Problem<'a> {
-    pub q: &'a [f32],
-    pub k: &'a [f32],
-    pub v: &'a [f32],
-    pub batch: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub seq_len_q: usize,
-    pub seq_len_kv: usize,
-    pub d_head: usize,
-    pub d_value: usize,
-    pub scale: f32,
-    pub mask: Option<Broadcast<'a, bool>>,
-    pub bias: Option<Broadcast<'a, f32>>,
-    /// Key `j` is masked for query `i` when `j > i + offset`.
-    pub causal_offset: Option<i64>,
-}
 
 /// Runs attention, writing the context and, when asked for, each row's log-sum-exp.
 ///
@@ -134,20 +53,6 @@ pub(crate) struct Problem<'a> {
 /// - `lse`: `[batch, n_heads, seq_len_q]` (`−∞` for a row whose keys are all masked)
 pub(crate) fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut [f32]>) {
     run_tasks(problem, context, lse, Instructions::Best);
-}
-
-/// Which [`Kernels`] the tasks use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Instructions {
-    /// AVX-512 where the CPU has it, else AVX2 + FMA, else [`Portable`].
-    Best,
-    /// AVX2 + FMA where the CPU has them, else [`Portable`] (so that tests cover the AVX2
-    /// loops on machines with AVX-512 too).
-    #[cfg_attr(not(test), allow(dead_code))]
-    Avx2,
-    /// [`Portable`] everywhere (so that tests cover it on every machine).
-    #[cfg_attr(not(test), allow(dead_code))]
-    Portable,
 }
 
 fn run_tasks(
@@ -194,7 +99,7 @@ fn run_tasks(
         .for_each(|(head, q_start, context, lse)| {
             SCRATCH.with_borrow_mut(|scratch| {
                 scratch.fit(p, &keys);
-                let task = Task {
+                let task = ForwardTask {
                     p,
                     keys: &keys,
                     head,
@@ -203,7 +108,7 @@ fn run_tasks(
                     context,
                     lse,
                 };
-                task.dispatch(instructions);
+                instructions.run(task);
             });
         });
 }
@@ -318,7 +223,7 @@ impl Scratch {
 }
 
 /// One block of queries of one head.
-pub(super) struct Task<'a, 'p> {
+pub(super) struct ForwardTask<'a, 'p> {
     p: &'a Problem<'p>,
     keys: &'a PackedKeys,
     /// `b · n_heads + h`.
@@ -331,32 +236,11 @@ pub(super) struct Task<'a, 'p> {
     lse: &'a mut [f32],
 }
 
-impl Task<'_, '_> {
-    /// Runs the task with the widest vectors `instructions` allows and the CPU has.
-    ///
-    /// The backward task has its own copy of these lines. One generic `dispatch` over a task
-    /// trait, with one generic wrapper per instruction set, was tried: LLVM then compiled the
-    /// forward 1.4x slower at s = 2048 (44 against 31 ms), so each pass keeps its own.
-    fn dispatch(self, instructions: Instructions) {
-        #[cfg(target_arch = "x86_64")]
-        if instructions == Instructions::Best
-            && let Some(simd) = pulp::x86::V4::try_new()
-        {
-            return simd.vectorize(super::avx512::Run(self, super::avx512::Avx512(simd)));
-        }
-        #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-        if instructions != Instructions::Portable
-            && let Some(simd) = pulp::x86::V3::try_new()
-        {
-            return simd.vectorize(super::avx2::Run(self, super::avx2::Avx2(simd)));
-        }
-        self.run(Portable);
-    }
-
+impl Pass for ForwardTask<'_, '_> {
     /// The online-softmax loop over key blocks, then `o / l`.
     #[inline(always)]
-    pub(super) fn run<K: Kernels>(self, kernels: K) {
-        let Task {
+    fn run<K: Kernels>(self, kernels: K) {
+        let ForwardTask {
             p,
             keys,
             head,
@@ -486,194 +370,10 @@ fn pack_queries(packed: &mut [f32], rows: &[f32], d_head: usize, scale: f32) {
     }
 }
 
-/// `row += scale · bias` over the visible keys.
-#[inline(always)]
-pub(super) fn add_scaled(row: &mut [f32], bias: Row<'_, f32>, scale: f32) {
-    match bias {
-        Row::Keys(bias) => {
-            for (x, &b) in row.iter_mut().zip(bias) {
-                *x += b * scale;
-            }
-        }
-        Row::Same(b) => {
-            let b = b * scale;
-            for x in row {
-                *x += b;
-            }
-        }
-    }
-}
-
-/// `row = −∞` where the mask is set.
-#[inline(always)]
-pub(super) fn apply_mask(row: &mut [f32], mask: Row<'_, bool>) {
-    match mask {
-        Row::Keys(mask) => {
-            for (x, &masked) in row.iter_mut().zip(mask) {
-                *x = if masked { f32::NEG_INFINITY } else { *x };
-            }
-        }
-        Row::Same(true) => row.fill(f32::NEG_INFINITY),
-        Row::Same(false) => {}
-    }
-}
-
-/// The three inner loops, once per instruction set: the register-blocked product, the row
-/// maximum and the exponentials. Everything around them is shared.
-pub(super) trait Kernels: Copy {
-    /// `a · b + c` for one value, fused where that is one instruction.
-    fn mul_add(self, a: f32, b: f32, c: f32) -> f32;
-
-    /// `2^x` for one value (see [`exp2`]).
-    fn exp2(self, x: f32) -> f32;
-
-    /// `c[MR, NR] = a[MR, k] · b[k, NR]` with both operands packed: `a` as `[k][MR]`,
-    /// `b` as `[k][NR]`; `c` has row stride `ldc`. The `[MR, NR]` result stays in registers
-    /// for the whole `k` loop: per step one row of `b` is loaded and each of the `MR` values
-    /// of `a` is broadcast against it.
-    fn scores_tile(self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize);
-
-    /// `c[MR, NR] += a[MR, k] · b[k, NR]` with `a` row-major (row stride `lda`), `b` packed as
-    /// `[k][NR]`, `c` with row stride `ldc`.
-    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize);
-
-    /// The largest value of `row`, `−∞` for an empty row.
-    fn row_max(self, row: &[f32]) -> f32;
-
-    /// `row = 2^(row − max)`, returning the sum of the new values.
-    fn exp2_in_place(self, row: &mut [f32], max: f32) -> f32;
-
-    /// `c += a · b` over whole tiles: see [`Gemm`]. An implementation may compile it as a
-    /// function of its own.
-    #[inline(always)]
-    fn gemm(self, product: Gemm<'_>) {
-        product.run(self);
-    }
-}
-
-/// `c[m, n] += a[m, k] · b[k, n]`, a product of the backward pass: `a` row-major with row
-/// stride `lda`, `b` in panels of [`NR`] columns (`panel_stride` floats apart, each
-/// `[k][NR]`), `c` row-major with row stride `ldc`; `m` a multiple of [`MR`], `n` of [`NR`].
-pub(super) struct Gemm<'a> {
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub a: &'a [f32],
-    pub lda: usize,
-    pub b: &'a [f32],
-    pub panel_stride: usize,
-    pub c: &'a mut [f32],
-    pub ldc: usize,
-}
-
-impl Gemm<'_> {
-    /// One [`Kernels::accumulate_tile`] per `[MR, NR]` tile of `c`, panel by panel of `b`.
-    #[inline(always)]
-    pub(super) fn run<K: Kernels>(self, kernels: K) {
-        let Gemm {
-            m,
-            n,
-            k,
-            a,
-            lda,
-            b,
-            panel_stride,
-            c,
-            ldc,
-        } = self;
-        for panel in 0..n / NR {
-            let b_panel = &b[panel * panel_stride..][..k * NR];
-            for tile in 0..m / MR {
-                kernels.accumulate_tile(
-                    &a[tile * MR * lda..],
-                    lda,
-                    b_panel,
-                    &mut c[tile * MR * ldc + panel * NR..],
-                    ldc,
-                );
-            }
-        }
-    }
-}
-
-/// Plain Rust that LLVM vectorises as well as it can for the target it compiles for: the
-/// fallback for CPUs without AVX2 and FMA, and for other architectures (aarch64 has FMA).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Portable;
-
-impl Portable {
-    /// Whether `f32::mul_add` is one instruction: aarch64 always has FMA; elsewhere without
-    /// AVX2 and FMA an unfused multiply-add is the fast one.
-    const FMA: bool = cfg!(target_arch = "aarch64");
-}
-
-impl Kernels for Portable {
-    #[inline(always)]
-    fn mul_add(self, a: f32, b: f32, c: f32) -> f32 {
-        mul_add::<{ Self::FMA }>(a, b, c)
-    }
-
-    #[inline(always)]
-    fn exp2(self, x: f32) -> f32 {
-        exp2::<{ Self::FMA }>(x)
-    }
-
-    #[inline(always)]
-    fn scores_tile(self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize) {
-        let mut acc = [[0.0f32; NR]; MR];
-        for (a_step, b_row) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
-            for (acc_row, &x) in acc.iter_mut().zip(a_step) {
-                for (acc, &y) in acc_row.iter_mut().zip(b_row) {
-                    *acc = mul_add::<{ Self::FMA }>(x, y, *acc);
-                }
-            }
-        }
-        for (r, acc_row) in acc.iter().enumerate() {
-            c[r * ldc..][..NR].copy_from_slice(acc_row);
-        }
-    }
-
-    #[inline(always)]
-    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
-        let k = b.len() / NR;
-        let mut acc = [[0.0f32; NR]; MR];
-        for (r, acc_row) in acc.iter_mut().enumerate() {
-            acc_row.copy_from_slice(&c[r * ldc..][..NR]);
-        }
-        let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
-        for (kk, b_row) in b.chunks_exact(NR).enumerate() {
-            for (acc_row, a_row) in acc.iter_mut().zip(&a_rows) {
-                let x = a_row[kk];
-                for (acc, &y) in acc_row.iter_mut().zip(b_row) {
-                    *acc = mul_add::<{ Self::FMA }>(x, y, *acc);
-                }
-            }
-        }
-        for (r, acc_row) in acc.iter().enumerate() {
-            c[r * ldc..][..NR].copy_from_slice(acc_row);
-        }
-    }
-
-    #[inline(always)]
-    fn row_max(self, row: &[f32]) -> f32 {
-        row.iter()
-            .fold(f32::NEG_INFINITY, |a, &x| if x > a { x } else { a })
-    }
-
-    #[inline(always)]
-    fn exp2_in_place(self, row: &mut [f32], max: f32) -> f32 {
-        let mut sum = 0.0;
-        for x in row {
-            *x = exp2::<{ Self::FMA }>(*x - max);
-            sum += *x;
-        }
-        sum
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::native::problem::Broadcast;
     use attn_testing::{SeededRng, assert_close_slices};
 
     /// Where element `idx` of the broadcast scores sits in `x`'s data.

@@ -1,0 +1,404 @@
+//! The host bridge: the only file of `native/` that speaks burn.
+//!
+//! It reads burn tensors (or a backend's primitives) into [`HostInputs`], `f32` buffers in
+//! host memory with their shapes, hands the passes a [`Problem`] over those buffers, and makes
+//! burn tensors of the buffers the passes write. flex lends its storage, so contiguous `f32`
+//! flex tensors are read in place; every other tensor is read with `into_data`, an
+//! `O(seq_len · d_head)` copy against `O(seq_len² · d_head)` work.
+
+// Without a backend feature, the bridge from backend primitives has no caller.
+#![cfg_attr(
+    not(any(feature = "flex", feature = "ndarray", feature = "cube")),
+    allow(dead_code, unused_imports)
+)]
+
+use std::borrow::Cow;
+
+use burn::backend::{
+    Backend, TensorMetadata,
+    tensor::{BoolTensor, FloatTensor},
+    try_read_sync,
+};
+use burn::tensor::{DType, FloatDType, Tensor, TensorData};
+
+use super::backward;
+use super::forward;
+use super::problem::{Broadcast, Problem};
+use crate::PreparedAttention;
+
+/// Copies the inputs to the host, runs the forward pass, and builds the context and (when
+/// asked for) the log-sum-exp on `q`'s device, in `q`'s float type.
+pub(super) fn forward_tensors(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    plan: &PreparedAttention,
+    want_lse: bool,
+) -> (Tensor<4>, Option<Tensor<3>>) {
+    let [batch, n_heads, seq_len_q, _] = plan.scores_shape;
+    let d_value = v.dims()[3];
+    let device = q.device();
+    let dtype = q.dtype();
+    let host = HostInputs::from_tensors(q, k, v, plan);
+    let (context, lse) = host.forward(plan.scale as f32, plan.causal_offset, want_lse);
+    let context = Tensor::<4>::from_data(
+        TensorData::new(context, [batch, n_heads, seq_len_q, d_value]),
+        &device,
+    )
+    .cast(dtype);
+    let lse = lse.map(|lse| {
+        Tensor::<3>::from_data(TensorData::new(lse, [batch, n_heads, seq_len_q]), &device)
+            .cast(dtype)
+    });
+    (context, lse)
+}
+
+/// Copies the inputs, the forward's outputs and `d_context` to the host, runs the backward
+/// pass, and builds `[dq, dk, dv]` on `q`'s device, in `q`'s float type, shaped like `q`, `k`
+/// and `v`.
+pub(super) fn backward_tensors(
+    [q, k, v]: [Tensor<4>; 3],
+    plan: &PreparedAttention,
+    context: Tensor<4>,
+    lse: Tensor<3>,
+    d_context: Tensor<4>,
+) -> [Tensor<4>; 3] {
+    let device = q.device();
+    let dtype = q.dtype();
+    let host = HostInputs::from_tensors(q, k, v, plan);
+    let gradients = host.backward(
+        plan.scale as f32,
+        plan.causal_offset,
+        slice(&floats(context)),
+        slice(&floats(lse)),
+        slice(&floats(d_context)),
+    );
+    let shapes = host.input_shapes();
+    let mut tensors = gradients.into_iter().zip(shapes).map(|(data, shape)| {
+        Tensor::<4>::from_data(TensorData::new(data, shape), &device).cast(dtype)
+    });
+    std::array::from_fn(|_| tensors.next().expect("three gradients"))
+}
+
+/// One problem's inputs in host memory as `f32` (booleans for the mask), with their shapes.
+///
+/// The values are borrowed where a backend lends its storage (flex, for contiguous `f32`
+/// tensors) and owned copies otherwise.
+pub(crate) struct HostInputs<'a> {
+    /// `q`'s `[batch, n_heads, seq_len_q, d_head]`.
+    q_dims: [usize; 4],
+    /// `k`'s `[batch, n_kv_heads, seq_len_kv, d_head]`.
+    k_dims: [usize; 4],
+    d_value: usize,
+    q: Cow<'a, [f32]>,
+    k: Cow<'a, [f32]>,
+    v: Cow<'a, [f32]>,
+    mask: Option<([usize; 4], Vec<bool>)>,
+    bias: Option<([usize; 4], Cow<'a, [f32]>)>,
+}
+
+impl<'a> HostInputs<'a> {
+    /// Reads burn tensors into host memory.
+    fn from_tensors(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, plan: &PreparedAttention) -> Self {
+        Self::from_data(
+            q.into_data(),
+            k.into_data(),
+            v.into_data(),
+            plan.mask.clone().map(|m| m.into_data()),
+            plan.bias.clone().map(|b| b.into_data()),
+        )
+    }
+
+    /// The inputs read from any backend: floats of any precision become `f32`; the mask and
+    /// the bias keep their own (broadcasting) shapes.
+    fn from_data(
+        q: TensorData,
+        k: TensorData,
+        v: TensorData,
+        mask: Option<TensorData>,
+        bias: Option<TensorData>,
+    ) -> Self {
+        let dims = [&q, &k, &v].map(data_dims);
+        let values = [q, k, v].map(|data| Cow::Owned(f32_vec(data)));
+        Self::from_parts(values, dims, mask, bias)
+    }
+
+    /// `q`, `k`, `v` as row-major `f32` values with the given shapes (borrowed from a
+    /// backend's storage where it allows); the mask and bias as data read from the backend.
+    fn from_parts(
+        [q, k, v]: [Cow<'a, [f32]>; 3],
+        [q_dims, k_dims, v_dims]: [[usize; 4]; 3],
+        mask: Option<TensorData>,
+        bias: Option<TensorData>,
+    ) -> Self {
+        Self {
+            q_dims,
+            k_dims,
+            d_value: v_dims[3],
+            q,
+            k,
+            v,
+            mask: mask.map(|m| (data_dims(&m), bool_vec(m))),
+            bias: bias.map(|b| (data_dims(&b), Cow::Owned(f32_vec(b)))),
+        }
+    }
+
+    /// The shapes of `q`, `k` and `v`.
+    fn input_shapes(&self) -> [[usize; 4]; 3] {
+        let [batch, n_kv_heads, seq_len_kv, _] = self.k_dims;
+        [
+            self.q_dims,
+            self.k_dims,
+            [batch, n_kv_heads, seq_len_kv, self.d_value],
+        ]
+    }
+
+    /// `[batch, n_heads, seq_len_q, seq_len_kv]`.
+    fn scores_shape(&self) -> [usize; 4] {
+        let [batch, n_heads, seq_len_q, _] = self.q_dims;
+        [batch, n_heads, seq_len_q, self.k_dims[2]]
+    }
+
+    /// The kernel's view of these inputs.
+    fn problem(&self, scale: f32, causal_offset: Option<i64>) -> Problem<'_> {
+        let [batch, n_heads, seq_len_q, seq_len_kv] = self.scores_shape();
+        let [_, n_kv_heads, _, d_head] = self.k_dims;
+        Problem {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            batch,
+            n_heads,
+            n_kv_heads,
+            seq_len_q,
+            seq_len_kv,
+            d_head,
+            d_value: self.d_value,
+            scale,
+            mask: self
+                .mask
+                .as_ref()
+                .map(|(dims, data)| Broadcast::new(data.as_slice(), *dims)),
+            bias: self
+                .bias
+                .as_ref()
+                .map(|(dims, data)| Broadcast::new(data, *dims)),
+            causal_offset,
+        }
+    }
+
+    /// The context `[batch, n_heads, seq_len_q, d_value]` and, when asked for, each row's
+    /// log-sum-exp `[batch, n_heads, seq_len_q]`, row-major.
+    fn forward(
+        &self,
+        scale: f32,
+        causal_offset: Option<i64>,
+        want_lse: bool,
+    ) -> (Vec<f32>, Option<Vec<f32>>) {
+        let [batch, n_heads, seq_len_q, _] = self.scores_shape();
+        let mut context = vec![0.0; batch * n_heads * seq_len_q * self.d_value];
+        let mut lse = want_lse.then(|| vec![0.0; batch * n_heads * seq_len_q]);
+        forward::attention(
+            &self.problem(scale, causal_offset),
+            &mut context,
+            lse.as_deref_mut(),
+        );
+        (context, lse)
+    }
+
+    /// `[dq, dk, dv]`, row-major and shaped like `q`, `k` and `v`, from the forward's context
+    /// and log-sum-exp and the gradient of the context.
+    fn backward(
+        &self,
+        scale: f32,
+        causal_offset: Option<i64>,
+        context: &[f32],
+        lse: &[f32],
+        d_context: &[f32],
+    ) -> [Vec<f32>; 3] {
+        let mut dq = vec![0.0; self.q.len()];
+        let mut dk = vec![0.0; self.k.len()];
+        let mut dv = vec![0.0; self.v.len()];
+        backward::attention_backward(
+            &self.problem(scale, causal_offset),
+            context,
+            lse,
+            d_context,
+            backward::Gradients {
+                dq: &mut dq,
+                dk: &mut dk,
+                dv: &mut dv,
+            },
+        );
+        [dq, dk, dv]
+    }
+}
+
+/// The shape of four-dimensional data.
+fn data_dims(data: &TensorData) -> [usize; 4] {
+    data.shape()
+        .as_slice()
+        .try_into()
+        .expect("attention inputs have four dimensions")
+}
+
+/// Float data as `f32`.
+fn to_f32(data: TensorData) -> TensorData {
+    data.try_cast_as::<f32>()
+        .expect("float tensors convert to f32")
+}
+
+/// Float data as a vector of `f32`.
+pub(crate) fn f32_vec(data: TensorData) -> Vec<f32> {
+    to_f32(data)
+        .try_into_vec::<f32>()
+        .expect("to_f32 made f32 data")
+}
+
+/// Bool data as a vector of `bool`.
+fn bool_vec(data: TensorData) -> Vec<bool> {
+    data.try_cast_as::<bool>()
+        .and_then(|d| d.try_into_vec::<bool>())
+        .expect("bool tensors convert to bool")
+}
+
+/// A float tensor's values as `f32`, row-major.
+fn floats<const D: usize>(t: Tensor<D>) -> TensorData {
+    to_f32(t.into_data())
+}
+
+/// The `f32` values of data made by [`floats`].
+fn slice(data: &TensorData) -> &[f32] {
+    data.as_slice::<f32>().expect("floats() made f32 data")
+}
+
+#[cfg(any(feature = "ndarray", feature = "cube"))]
+impl HostInputs<'static> {
+    /// The inputs of one backend operation, read back from backend `B` (synchronously: the
+    /// CPU backends' reads complete at once).
+    pub(crate) fn from_primitives<B: Backend>(
+        q: FloatTensor<B>,
+        k: FloatTensor<B>,
+        v: FloatTensor<B>,
+        mask: Option<BoolTensor<B>>,
+        bias: Option<FloatTensor<B>>,
+    ) -> Self {
+        Self::from_data(
+            read_float::<B>(q),
+            read_float::<B>(k),
+            read_float::<B>(v),
+            mask.map(read_bool::<B>),
+            bias.map(read_float::<B>),
+        )
+    }
+}
+
+#[cfg(feature = "flex")]
+impl<'a> HostInputs<'a> {
+    /// flex's inputs, borrowing the storage of contiguous `f32` tensors.
+    pub(crate) fn from_flex(
+        [q, k, v]: [&'a burn::backend::flex::FlexTensor; 3],
+        mask: Option<BoolTensor<burn::backend::Flex>>,
+        bias: Option<FloatTensor<burn::backend::Flex>>,
+    ) -> Self {
+        type F = burn::backend::Flex;
+        Self::from_parts(
+            [q, k, v].map(flex_floats),
+            [q, k, v].map(dims4),
+            mask.map(read_bool::<F>),
+            bias.map(read_float::<F>),
+        )
+    }
+}
+
+impl HostInputs<'_> {
+    /// The forward pass: the context and the log-sum-exp as tensors of `B`, on `like`'s
+    /// device and in its float type.
+    pub(crate) fn forward_primitives<B: Backend>(
+        &self,
+        like: &FloatTensor<B>,
+        scale: f64,
+        causal_offset: Option<i64>,
+    ) -> (FloatTensor<B>, FloatTensor<B>) {
+        let (device, dtype) = (like.device(), like.dtype());
+        let [batch, n_heads, seq_len_q, _] = self.scores_shape();
+        let (context, lse) = self.forward(scale as f32, causal_offset, true);
+        (
+            from_host::<B>(
+                context,
+                vec![batch, n_heads, seq_len_q, self.d_value],
+                dtype,
+                &device,
+            ),
+            from_host::<B>(
+                lse.expect("the log-sum-exp was asked for"),
+                vec![batch, n_heads, seq_len_q],
+                dtype,
+                &device,
+            ),
+        )
+    }
+
+    /// The backward pass: `(dq, dk, dv)` as tensors of `B`, shaped like `q`, `k`, `v`.
+    pub(crate) fn backward_primitives<B: Backend>(
+        &self,
+        like: &FloatTensor<B>,
+        scale: f64,
+        causal_offset: Option<i64>,
+        [context, lse, d_context]: [&[f32]; 3],
+    ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+        let (device, dtype) = (like.device(), like.dtype());
+        let [q_shape, k_shape, v_shape] = self.input_shapes().map(|s| s.to_vec());
+        let [dq, dk, dv] = self.backward(scale as f32, causal_offset, context, lse, d_context);
+        (
+            from_host::<B>(dq, q_shape, dtype, &device),
+            from_host::<B>(dk, k_shape, dtype, &device),
+            from_host::<B>(dv, v_shape, dtype, &device),
+        )
+    }
+}
+
+/// A flex tensor's values as `f32`: its own storage when that is contiguous `f32`.
+#[cfg(feature = "flex")]
+pub(crate) fn flex_floats(t: &burn::backend::flex::FlexTensor) -> Cow<'_, [f32]> {
+    match t.as_slice::<f32>() {
+        Some(values) => Cow::Borrowed(values),
+        None => Cow::Owned(f32_vec(t.clone().into_data())),
+    }
+}
+
+#[cfg(feature = "flex")]
+fn dims4<T: TensorMetadata>(t: &T) -> [usize; 4] {
+    t.shape()
+        .as_slice()
+        .try_into()
+        .expect("attention inputs have four dimensions")
+}
+
+/// A float primitive's data, read synchronously.
+pub(crate) fn read_float<B: Backend>(t: FloatTensor<B>) -> TensorData {
+    try_read_sync(B::float_into_data(t))
+        .expect("the CPU backends read synchronously")
+        .expect("reading a float tensor")
+}
+
+fn read_bool<B: Backend>(t: BoolTensor<B>) -> TensorData {
+    try_read_sync(B::bool_into_data(t))
+        .expect("the CPU backends read synchronously")
+        .expect("reading a mask")
+}
+
+/// Host `f32` values as a tensor of `B` in `dtype`.
+fn from_host<B: Backend>(
+    values: Vec<f32>,
+    shape: Vec<usize>,
+    dtype: DType,
+    device: &B::Device,
+) -> FloatTensor<B> {
+    let t = B::float_from_data(TensorData::new(values, shape), device);
+    if dtype == DType::F32 {
+        t
+    } else {
+        B::float_cast(t, FloatDType::from(dtype))
+    }
+}

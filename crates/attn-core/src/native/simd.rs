@@ -1,0 +1,123 @@
+//! The SIMD layer: what an instruction set provides to the passes, and nothing of the passes.
+//!
+//! - [`Kernels`]: the inner loops every pass is built from (register-blocked products, the
+//!   row maximum, `2^x`), implemented once per instruction set (`portable.rs`, `avx2.rs`,
+//!   `avx512.rs`);
+//! - [`Gemm`]: a product over whole `[MR, NR]` tiles, so that no call needs ten positional
+//!   arguments;
+//! - [`MR`], [`NR`]: the register block every implementation and every packed layout share;
+//! - [`Pass`] and [`Vectorized`]: how a pass runs on one instruction set's kernels inside
+//!   [`pulp`]'s `vectorize`, which compiles everything it inlines with that instruction set
+//!   enabled.
+//!
+//! Every function on the hot path is `#[inline(always)]`, down from [`Vectorized::call`]
+//! through [`Pass::run`] to the kernels: code that is not inlined into the `vectorize`d call is
+//! compiled without the instruction set (an earlier layout lost a third of the forward's speed
+//! that way). Each pass's `Pass::run` is monomorphised once per instruction set, which gives
+//! each pass its own concrete entry point per instruction set without an instruction-set file
+//! naming it.
+
+/// Rows of the micro-kernel's register block.
+pub(super) const MR: usize = 6;
+/// Columns of the micro-kernel's register block: two 8-wide AVX registers.
+pub(super) const NR: usize = 16;
+
+/// The three inner loops, once per instruction set: the register-blocked product, the row
+/// maximum and the exponentials. Everything around them is shared.
+pub(super) trait Kernels: Copy {
+    /// `a · b + c` for one value, fused where that is one instruction.
+    fn mul_add(self, a: f32, b: f32, c: f32) -> f32;
+
+    /// `2^x` for one value (see `exp.rs`).
+    fn exp2(self, x: f32) -> f32;
+
+    /// `c[MR, NR] = a[MR, k] · b[k, NR]` with both operands packed: `a` as `[k][MR]`,
+    /// `b` as `[k][NR]`; `c` has row stride `ldc`. The `[MR, NR]` result stays in registers
+    /// for the whole `k` loop: per step one row of `b` is loaded and each of the `MR` values
+    /// of `a` is broadcast against it.
+    fn scores_tile(self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize);
+
+    /// `c[MR, NR] += a[MR, k] · b[k, NR]` with `a` row-major (row stride `lda`), `b` packed as
+    /// `[k][NR]`, `c` with row stride `ldc`.
+    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize);
+
+    /// The largest value of `row`, `−∞` for an empty row.
+    fn row_max(self, row: &[f32]) -> f32;
+
+    /// `row = 2^(row − max)`, returning the sum of the new values.
+    fn exp2_in_place(self, row: &mut [f32], max: f32) -> f32;
+
+    /// `c += a · b` over whole tiles: see [`Gemm`]. An implementation may compile it as a
+    /// function of its own (`vectorize` on a [`Vectorized`] product).
+    #[inline(always)]
+    fn gemm(self, product: Gemm<'_>) {
+        product.run(self);
+    }
+}
+
+/// A pass (or a piece of one) written once over [`Kernels`]: run by
+/// [`Instructions::run`](super::instructions::Instructions::run) on the widest kernels the CPU
+/// has.
+pub(super) trait Pass {
+    /// Runs on `kernels`. Implementations must be `#[inline(always)]`, so that the whole pass
+    /// is compiled inside the `vectorize`d call.
+    fn run<K: Kernels>(self, kernels: K);
+}
+
+/// `pass` on `kernels`, as a function for [`pulp`]'s `vectorize`: one monomorphised entry
+/// point per pass and instruction set.
+pub(super) struct Vectorized<P, K>(pub P, pub K);
+
+impl<P: Pass, K: Kernels> pulp::NullaryFnOnce for Vectorized<P, K> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        self.0.run(self.1);
+    }
+}
+
+/// `c[m, n] += a[m, k] · b[k, n]`, a product of the backward pass: `a` row-major with row
+/// stride `lda`, `b` in panels of [`NR`] columns (`panel_stride` floats apart, each
+/// `[k][NR]`), `c` row-major with row stride `ldc`; `m` a multiple of [`MR`], `n` of [`NR`].
+pub(super) struct Gemm<'a> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: &'a [f32],
+    pub lda: usize,
+    pub b: &'a [f32],
+    pub panel_stride: usize,
+    pub c: &'a mut [f32],
+    pub ldc: usize,
+}
+
+impl Pass for Gemm<'_> {
+    /// One [`Kernels::accumulate_tile`] per `[MR, NR]` tile of `c`, panel by panel of `b`.
+    #[inline(always)]
+    fn run<K: Kernels>(self, kernels: K) {
+        let Gemm {
+            m,
+            n,
+            k,
+            a,
+            lda,
+            b,
+            panel_stride,
+            c,
+            ldc,
+        } = self;
+        for panel in 0..n / NR {
+            let b_panel = &b[panel * panel_stride..][..k * NR];
+            for tile in 0..m / MR {
+                kernels.accumulate_tile(
+                    &a[tile * MR * lda..],
+                    lda,
+                    b_panel,
+                    &mut c[tile * MR * ldc + panel * NR..],
+                    ldc,
+                );
+            }
+        }
+    }
+}
