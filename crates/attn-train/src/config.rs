@@ -396,7 +396,9 @@ impl TrainConfig {
     pub fn from_file(path: &Path) -> Result<Self, TrainError> {
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::io("reading", path, e))?;
         Self::from_json(&text).map_err(|e| match e {
-            TrainError::Config(reason) => TrainError::Config(format!("{}: {reason}", path.display())),
+            TrainError::Config(reason) => {
+                TrainError::Config(format!("{}: {reason}", path.display()))
+            }
             other => other,
         })
     }
@@ -537,8 +539,11 @@ mod tests {
     #[test]
     fn flags_replace_the_settings_they_name() {
         let base = TrainConfig::default();
-        let c = applied(&base, &["--d-model", "12", "--grad-clip", "0", "--seed", "9"])
-            .expect("applies");
+        let c = applied(
+            &base,
+            &["--d-model", "12", "--grad-clip", "0", "--seed", "9"],
+        )
+        .expect("applies");
         assert_eq!(c.model.d_model, 12);
         assert_eq!(c.optim.grad_clip, None);
         assert_eq!(c.seed, 9);

@@ -108,20 +108,22 @@ fn refused_with_resume(matches: &ArgMatches) -> Vec<String> {
 mod tests {
     use super::*;
 
+    /// The flags refused when `args` follow `--resume runs/x`.
     fn refused(args: &[&str]) -> Vec<String> {
+        let command_line = ["attn-train", "--resume", "runs/x"].iter().chain(args);
         let matches = Cli::command()
-            .try_get_matches_from(std::iter::once("attn-train").chain(args.iter().copied()))
+            .try_get_matches_from(command_line)
             .expect("flags parse");
         refused_with_resume(&matches)
     }
 
     #[test]
     fn resume_names_only_the_refused_flags_that_were_given() {
-        let args = ["--resume", "runs/x", "--steps", "9", "--lr", "0.1", "--long-range"];
-        assert_eq!(refused(&args), ["--long-range", "--lr"]);
-        let args = ["--resume", "runs/x", "--config", "c.json", "--out", "elsewhere"];
-        assert_eq!(refused(&args), ["--config", "--out"]);
-        let args = ["--resume", "runs/x", "--steps", "9", "--device", "ndarray", "--quiet"];
-        assert!(refused(&args).is_empty());
+        let given = refused(&["--steps", "9", "--lr", "0.1", "--long-range"]);
+        assert_eq!(given, ["--long-range", "--lr"]);
+        let given = refused(&["--config", "c.json", "--out", "elsewhere"]);
+        assert_eq!(given, ["--config", "--out"]);
+        let given = refused(&["--steps", "9", "--device", "ndarray", "--quiet"]);
+        assert!(given.is_empty(), "{given:?}");
     }
 }

@@ -206,7 +206,12 @@ pub fn accuracy_curve(path: &Path, log: &MetricsLog) -> Result<(), TrainError> {
 /// Colour of an attention weight in `[0, 1]` on plotters' viridis scale: dark for 0, yellow
 /// for 1. A weight that is not a number is drawn as 0 (plotters' scale cannot place it).
 fn weight_color(w: f32) -> RGBColor {
-    ViridisRGB::get_color(if w.is_finite() { w.clamp(0.0, 1.0) } else { 0.0 })
+    let w = if w.is_finite() {
+        w.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    ViridisRGB::get_color(w)
 }
 
 /// Draws one head's attention weights as a heatmap: row `i` (query, top to bottom) against
@@ -448,6 +453,9 @@ mod tests {
         assert_eq!(weight_color(f32::NAN), RGBColor(68, 1, 84));
         assert_eq!(weight_color(2.0), weight_color(1.0));
         let mid = weight_color(0.5);
-        assert!(mid != weight_color(0.0) && mid != weight_color(1.0), "{mid:?}");
+        assert!(
+            mid != weight_color(0.0) && mid != weight_color(1.0),
+            "{mid:?}"
+        );
     }
 }

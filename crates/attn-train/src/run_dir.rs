@@ -43,8 +43,7 @@ impl RunDir {
         for folder in [checkpoint::CHECKPOINTS, ATTENTION_DIR] {
             let path = root.join(folder);
             if path.exists() {
-                std::fs::remove_dir_all(&path)
-                    .map_err(|e| TrainError::io("removing", &path, e))?;
+                std::fs::remove_dir_all(&path).map_err(|e| TrainError::io("removing", &path, e))?;
             }
         }
         for file in [METRICS_FILE, LOSS_PLOT, ACCURACY_PLOT] {
@@ -136,7 +135,12 @@ mod tests {
         let old = RunDir::fresh(&root).expect("created");
         old.write_config(&TrainConfig::default()).expect("config");
         let heatmap = old.head_heatmap(0, 1).expect("attention folder");
-        for path in [old.metrics(), old.loss_plot(), heatmap.clone(), root.join("notes.txt")] {
+        for path in [
+            old.metrics(),
+            old.loss_plot(),
+            heatmap.clone(),
+            root.join("notes.txt"),
+        ] {
             std::fs::write(&path, "x").expect("written");
         }
         let checkpoints = root.join(checkpoint::CHECKPOINTS);
@@ -149,7 +153,10 @@ mod tests {
         assert!(!fresh.metrics().exists() && !fresh.loss_plot().exists());
         assert!(!heatmap.exists() && !checkpoints.exists());
         assert!(root.join("notes.txt").is_file(), "not a file of this crate");
-        assert!(fresh.config().is_file(), "rewritten by every run, never removed");
+        assert!(
+            fresh.config().is_file(),
+            "rewritten by every run, never removed"
+        );
         assert_eq!(
             read_config(&root).expect("parses").identity(),
             TrainConfig::default().identity()

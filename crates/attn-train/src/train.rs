@@ -172,8 +172,8 @@ fn start(
     };
     let run_dir = if options.resume {
         let run_dir = RunDir::existing(out)?;
-        let path =
-            checkpoint::latest(out)?.ok_or_else(|| TrainError::NoCheckpoint { path: out.clone() })?;
+        let path = checkpoint::latest(out)?
+            .ok_or_else(|| TrainError::NoCheckpoint { path: out.clone() })?;
         let loaded = checkpoint::load(
             &path,
             start.model,
@@ -334,12 +334,7 @@ pub fn run_on(
         inspect::draw_heads(dir, &valid, task, eval_set[0].sequence(0), &device)?;
     }
     let cue_attention = match task.kind {
-        TaskKind::Context => Some(inspect::cue_attention(
-            &valid,
-            task,
-            &eval_set[0],
-            &device,
-        )?),
+        TaskKind::Context => Some(inspect::cue_attention(&valid, task, &eval_set[0], &device)?),
         _ => None,
     };
 
@@ -542,8 +537,12 @@ mod tests {
             let resumed = run_on(&config, d.device.clone(), &resume).expect("stretched");
             let mut scheduler = config.schedule().scheduler().expect("valid");
             let lrs: Vec<f64> = (0..12).map(|_| scheduler.step()).collect();
-            let logged: Vec<(usize, f64)> =
-                resumed.history.rows.iter().map(|r| (r.step, r.lr)).collect();
+            let logged: Vec<(usize, f64)> = resumed
+                .history
+                .rows
+                .iter()
+                .map(|r| (r.step, r.lr))
+                .collect();
             assert_eq!(logged.len(), 3, "{logged:?}");
             for &(step, lr) in &logged[1..] {
                 assert_eq!(lr, lrs[step - 1], "step {step}: {logged:?}");
