@@ -38,7 +38,7 @@ use attn::train::checkpoint::{self, CHECKPOINTS};
 use attn::train::config::TrainConfig;
 use attn::train::plot::heatmap_grid;
 use attn::train::random::Rng;
-use attn::train::train::read_config;
+use attn::train::run_dir::read_config;
 use burn::module::Module;
 use burn::tensor::{Int, Tensor, TensorData};
 use clap::Parser;

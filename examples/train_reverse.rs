@@ -37,6 +37,7 @@ use attn::model::{NormPlacement, TokenEncoder, TokenEncoderConfig};
 use attn::train::backend;
 use attn::train::config::PosName;
 use attn::train::random::Rng;
+use attn::train::tasks::{TaskConfig, TaskKind};
 use burn::module::Module;
 use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::{AdamConfig, GradientsParams};
@@ -136,22 +137,25 @@ fn main() -> Result<()> {
         args.pos
     );
 
+    // The reverse task of attn-train: random tokens, and the same tokens backwards as targets.
+    let task = TaskConfig {
+        kind: TaskKind::Reverse,
+        seq_len: args.seq_len,
+        vocab: args.vocab,
+        min_distance: 1,
+    };
     let mut data = Rng::new(args.seed);
-    let held_out = reverse_batch(
-        &mut Rng::new(args.seed ^ 0xE7A1),
-        512,
-        args.seq_len,
-        args.vocab,
-    );
+    let held_out = task.batch(512, &mut Rng::new(args.seed ^ 0xE7A1));
+    let held_out = (held_out.tokens, held_out.targets);
     println!(
         "{:>6} {:>10} {:>10} {:>10} {:>10}",
         "step", "lr", "train loss", "token acc", "seq acc"
     );
     for step in 1..=args.steps {
         // 1. A batch.
-        let (x, y) = reverse_batch(&mut data, args.batch_size, args.seq_len, args.vocab);
-        let x = tensor(&x, args.batch_size, args.seq_len, &train_device); // [batch, seq_len]
-        let y = tensor(&y, args.batch_size, args.seq_len, &train_device); // [batch, seq_len]
+        let batch = task.batch(args.batch_size, &mut data);
+        let x = batch.tokens_tensor(&train_device); // [batch, seq_len]
+        let y = batch.targets_tensor(&train_device); // [batch, seq_len]
         // 2. Forward.
         let logits = model.forward(x); // [batch, seq_len, vocab]
         // 3. Loss.
@@ -198,23 +202,6 @@ fn main() -> Result<()> {
         println!("  {input:?} → [{}]", shown.join(", "));
     }
     Ok(())
-}
-
-/// `batch` random sequences and their reversals, row-major `[batch, seq_len]`.
-fn reverse_batch(
-    rng: &mut Rng,
-    batch: usize,
-    seq_len: usize,
-    vocab: usize,
-) -> (Vec<i64>, Vec<i64>) {
-    let x: Vec<i64> = (0..batch * seq_len)
-        .map(|_| rng.below(vocab) as i64)
-        .collect();
-    let y = x
-        .chunks(seq_len)
-        .flat_map(|row| row.iter().rev().copied())
-        .collect();
-    (x, y)
 }
 
 /// Token ids as a `[batch, seq_len]` tensor.

@@ -1,36 +1,40 @@
-//! Checkpoints: the model's weights, the optimizer's state and the loop's own state (step,
-//! random-number state, time spent), enough for a resumed run to finish exactly as an unbroken
-//! one would.
+//! Checkpoints: the model's weights, the optimizer's state, the learning-rate scheduler's state
+//! and the loop's own state (step, random-number state, time spent), enough for a resumed run to
+//! finish exactly as an unbroken one would.
 //!
 //! Layout under the output folder:
 //!
 //! ```text
 //! checkpoints/step-000500/model.bpk       burn record of the encoder (burnpack)
 //! checkpoints/step-000500/optimizer.bpk   burn record of the optimizer state (Adam moments)
+//! checkpoints/step-000500/scheduler.bpk   burn record of the learning-rate scheduler
 //! checkpoints/step-000500/state.json      TrainState
 //! checkpoints/latest                      the name of the newest complete checkpoint
 //! ```
 //!
 //! A checkpoint is written into `step-NNNNNN.partial` and renamed into place only when all
-//! three files are there, and `latest` is replaced after that: a crash (or a diverging loss)
+//! four files are there, and `latest` is replaced after that: a crash (or a diverging loss)
 //! never leaves `latest` pointing at a half-written checkpoint.
 
 use std::path::{Path, PathBuf};
 
 use attn_model::TokenEncoder;
 use burn::module::Module;
+use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::store::RecordError;
 use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
 use crate::random::Rng;
+use crate::schedule::{LrSchedule, Scheduler};
 
 /// The folder of checkpoints inside the output folder.
 pub const CHECKPOINTS: &str = "checkpoints";
 const LATEST: &str = "latest";
 const MODEL_FILE: &str = "model.bpk";
 const OPTIMIZER_FILE: &str = "optimizer.bpk";
+const SCHEDULER_FILE: &str = "scheduler.bpk";
 const STATE_FILE: &str = "state.json";
 
 /// The loop's state at a checkpoint.
@@ -40,6 +44,8 @@ pub struct TrainState {
     pub step: usize,
     /// The training-batch generator, positioned after the last batch used.
     pub train_rng: Rng,
+    /// The schedule the saved scheduler follows.
+    pub schedule: LrSchedule,
     /// Seconds spent training so far.
     pub wall_seconds: f64,
     /// Seconds spent in training steps so far (excluding evaluation and files).
@@ -56,6 +62,8 @@ pub struct Checkpoint {
     pub model: TokenEncoder,
     /// The optimizer with the saved state.
     pub optim: ModuleOptimizer,
+    /// The learning-rate scheduler, positioned at the saved step.
+    pub scheduler: Scheduler,
     /// The loop state.
     pub state: TrainState,
     /// Where it was loaded from.
@@ -71,6 +79,7 @@ pub fn save(
     out: &Path,
     model: &TokenEncoder,
     optim: &ModuleOptimizer,
+    scheduler: &Scheduler,
     state: &TrainState,
 ) -> Result<PathBuf, TrainError> {
     let root = out.join(CHECKPOINTS);
@@ -94,6 +103,11 @@ pub fn save(
     optim
         .save(&optim_path)
         .map_err(|e| record_io(&optim_path, e))?;
+    let scheduler_path = partial.join(SCHEDULER_FILE);
+    scheduler
+        .to_record()
+        .save(&scheduler_path)
+        .map_err(|e| record_io(&scheduler_path, e))?;
     let state_path = partial.join(STATE_FILE);
     let json = serde_json::to_string_pretty(state).expect("TrainState is plain data");
     std::fs::write(&state_path, json).map_err(|e| TrainError::io("writing", &state_path, e))?;
@@ -128,17 +142,19 @@ pub fn latest(out: &Path) -> Result<Option<PathBuf>, TrainError> {
     Ok(Some(dir))
 }
 
-/// Loads the checkpoint in `dir` into a freshly built `model` and `optim`, refusing one that
-/// was written for another task, model or seed than `run`.
+/// Loads the checkpoint in `dir` into a freshly built `model` and `optim`, and a scheduler of
+/// `schedule`, refusing one that was written for another task, model or seed than `run`.
 ///
 /// # Errors
 ///
 /// [`TrainError::CorruptCheckpoint`] when a file is missing or unreadable,
-/// [`TrainError::CheckpointMismatch`] when the run differs or the weights do not fit the model.
+/// [`TrainError::CheckpointMismatch`] when the run differs or the weights do not fit the model,
+/// [`TrainError::Config`] when `schedule` cannot be built.
 pub fn load(
     dir: &Path,
     model: TokenEncoder,
     optim: ModuleOptimizer,
+    schedule: &LrSchedule,
     run: &serde_json::Value,
 ) -> Result<Checkpoint, TrainError> {
     let corrupt = |path: &Path, reason: String| TrainError::CorruptCheckpoint {
@@ -180,9 +196,23 @@ pub fn load(
     }
     let optim = optim.load_record(record);
 
+    let scheduler_path = dir.join(SCHEDULER_FILE);
+    let record = LrSchedulerRecord::load(&scheduler_path)
+        .map_err(|e| corrupt(&scheduler_path, e.to_string()))?;
+    let mut scheduler = schedule.scheduler()?;
+    if state.schedule == *schedule {
+        scheduler = scheduler.load_record(record);
+    } else {
+        // Another schedule (a resumed run given more or fewer steps stretches its decay): the
+        // record's counters belong to the saved schedule, so the new one starts afresh and
+        // moves on by the steps done, giving the learning rate it would have at this step.
+        scheduler.skip(state.step);
+    }
+
     Ok(Checkpoint {
         model,
         optim,
+        scheduler,
         state,
         path: dir.to_path_buf(),
     })

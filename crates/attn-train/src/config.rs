@@ -1,6 +1,11 @@
 //! Everything a run needs, as one serde value: the task, the model sizes, the optimizer and the
 //! loop. `config.json` in the output folder is this value, and `--config FILE.json` reads one
 //! (missing fields take the defaults below).
+//!
+//! The command line's flags are [`Overrides`], applied on top by [`TrainConfig::apply`]: the
+//! defaults, then the file, then the flags.
+
+use std::path::Path;
 
 use attn_model::{Activation, NormPlacement, TokenEncoderConfig};
 use attn_pos::PositionalScheme;
@@ -8,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
 use crate::schedule::{Decay, LrSchedule};
-use crate::tasks::TaskConfig;
+use crate::tasks::{TaskConfig, TaskKind};
 
 /// The positional schemes by their command-line names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -198,6 +203,98 @@ impl Default for TrainConfig {
     }
 }
 
+/// The command line's changes to a configuration: each flag given replaces one setting of the
+/// defaults or of the `--config` file ([`TrainConfig::apply`]). A flag not given changes
+/// nothing, so none has a value of its own; each help text states the default it overrides.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct Overrides {
+    /// The task: copy, reverse, sort, or context (the "apple" problem) [default: reverse]
+    #[arg(long, value_enum)]
+    pub task: Option<TaskKind>,
+    /// Backend, one compiled into this build (default: flex where compiled in, else the first
+    /// backend compiled in)
+    #[arg(long, value_name = "flex|ndarray|wgpu|vulkan|metal|cuda")]
+    pub device: Option<String>,
+    /// Optimizer updates; the learning-rate schedule spans them [default: 2000]
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Sequences per update [default: 64]
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Tokens per sequence [default: 16]
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Distinct symbols for copy, reverse and sort [default: 16]
+    #[arg(long)]
+    pub vocab: Option<usize>,
+    /// context: least distance between the ambiguous word and its cue [default: 1]
+    #[arg(long)]
+    pub min_distance: Option<usize>,
+    /// context: the long-range setting, the cue 30 or more positions away (seq_len 48 unless
+    /// --seq-len says otherwise)
+    #[arg(long)]
+    pub long_range: bool,
+    /// Model width [default: 64]
+    #[arg(long)]
+    pub d_model: Option<usize>,
+    /// Attention heads per layer [default: 4]
+    #[arg(long)]
+    pub n_heads: Option<usize>,
+    /// Encoder layers [default: 2]
+    #[arg(long)]
+    pub n_layers: Option<usize>,
+    /// Feed-forward hidden width [default: 256]
+    #[arg(long)]
+    pub d_ff: Option<usize>,
+    /// Dropout probability while training [default: 0]
+    #[arg(long)]
+    pub dropout: Option<f64>,
+    /// Positional scheme [default: learned]
+    #[arg(long, value_enum)]
+    pub pos: Option<PosName>,
+    /// LayerNorm placement; post drops the final LayerNorm unless --final-norm true keeps it
+    /// [default: pre]
+    #[arg(long, value_enum)]
+    pub norm: Option<Norm>,
+    /// A LayerNorm after the last layer (default: with pre-norm, not with post-norm, whose last
+    /// block already ends in one)
+    #[arg(long)]
+    pub final_norm: Option<bool>,
+    /// Feed-forward non-linearity [default: relu]
+    #[arg(long, value_enum)]
+    pub activation: Option<Act>,
+    /// Adam or AdamW [default: adam]
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerKind>,
+    /// Peak learning rate [default: 0.003]
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Warm-up updates [default: 100]
+    #[arg(long)]
+    pub warmup_steps: Option<usize>,
+    /// Learning-rate decay after warm-up [default: linear]
+    #[arg(long, value_enum)]
+    pub decay: Option<Decay>,
+    /// Weight decay (AdamW: decoupled; Adam: added to the gradient) [default: 0]
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// Largest global gradient norm; 0 turns clipping off [default: 1]
+    #[arg(long)]
+    pub grad_clip: Option<f32>,
+    /// Evaluate every this many steps [default: 250]
+    #[arg(long)]
+    pub eval_every: Option<usize>,
+    /// Held-out sequences [default: 512]
+    #[arg(long)]
+    pub eval_sequences: Option<usize>,
+    /// Checkpoint every this many steps; 0: only at the end [default: 500]
+    #[arg(long)]
+    pub checkpoint_every: Option<usize>,
+    /// Seed of every random stream [default: 1]
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
 impl TrainConfig {
     /// Checks every part of the configuration before anything is built.
     ///
@@ -290,6 +387,93 @@ impl TrainConfig {
         serde_json::json!({ "task": self.task, "model": self.model, "seed": self.seed })
     }
 
+    /// Reads a configuration from a JSON file (as [`from_json`](Self::from_json)).
+    ///
+    /// # Errors
+    ///
+    /// [`TrainError::Io`] when the file cannot be read, [`TrainError::Config`] naming the JSON
+    /// problem.
+    pub fn from_file(path: &Path) -> Result<Self, TrainError> {
+        let text = std::fs::read_to_string(path).map_err(|e| TrainError::io("reading", path, e))?;
+        Self::from_json(&text).map_err(|e| match e {
+            TrainError::Config(reason) => {
+                TrainError::Config(format!("{}: {reason}", path.display()))
+            }
+            other => other,
+        })
+    }
+
+    /// Replaces every setting that `overrides` gives.
+    ///
+    /// A learned position table follows the sequence length when `--seq-len`, `--long-range` or
+    /// `--pos` is given (otherwise a configuration file may have sized it on purpose), and
+    /// `--norm` sets the final LayerNorm to match (pre-norm: one, post-norm: none) unless
+    /// `--final-norm` says otherwise.
+    ///
+    /// # Errors
+    ///
+    /// [`TrainError::Config`] when `--long-range` is given for another task than `context`.
+    pub fn apply(&mut self, o: &Overrides) -> Result<(), TrainError> {
+        fn set<T: Clone>(slot: &mut T, value: &Option<T>) {
+            if let Some(value) = value {
+                *slot = value.clone();
+            }
+        }
+        let (task, model, optim) = (&mut self.task, &mut self.model, &mut self.optim);
+        set(&mut task.kind, &o.task);
+        if o.long_range {
+            if task.kind != TaskKind::Context {
+                return Err(TrainError::Config(format!(
+                    "--long-range applies to the context task only, not to {}",
+                    task.kind
+                )));
+            }
+            task.min_distance = 30;
+            task.seq_len = 48;
+        }
+        set(&mut task.seq_len, &o.seq_len);
+        set(&mut task.vocab, &o.vocab);
+        set(&mut task.min_distance, &o.min_distance);
+
+        set(&mut model.d_model, &o.d_model);
+        set(&mut model.n_heads, &o.n_heads);
+        set(&mut model.n_layers, &o.n_layers);
+        set(&mut model.d_ff, &o.d_ff);
+        set(&mut model.dropout, &o.dropout);
+        if let Some(pos) = o.pos {
+            model.pos = pos.scheme(task.seq_len);
+        }
+        if let PositionalScheme::Learned { max_len } = &mut model.pos
+            && (o.seq_len.is_some() || o.long_range || o.pos.is_some())
+        {
+            *max_len = task.seq_len;
+        }
+        if let Some(norm) = o.norm {
+            model.norm = norm;
+            model.final_norm = norm == Norm::Pre;
+        }
+        set(&mut model.final_norm, &o.final_norm);
+        set(&mut model.activation, &o.activation);
+
+        set(&mut optim.kind, &o.optimizer);
+        set(&mut optim.lr, &o.lr);
+        set(&mut optim.warmup_steps, &o.warmup_steps);
+        set(&mut optim.decay, &o.decay);
+        set(&mut optim.weight_decay, &o.weight_decay);
+        if let Some(clip) = o.grad_clip {
+            optim.grad_clip = (clip > 0.0).then_some(clip);
+        }
+
+        set(&mut self.steps, &o.steps);
+        set(&mut self.batch_size, &o.batch_size);
+        set(&mut self.eval_every, &o.eval_every);
+        set(&mut self.eval_sequences, &o.eval_sequences);
+        set(&mut self.checkpoint_every, &o.checkpoint_every);
+        set(&mut self.seed, &o.seed);
+        set(&mut self.device, &o.device);
+        Ok(())
+    }
+
     /// Reads a configuration from JSON text.
     ///
     /// # Errors
@@ -305,6 +489,91 @@ impl TrainConfig {
 mod tests {
     use super::*;
     use crate::tasks::TaskKind;
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        overrides: Overrides,
+    }
+
+    fn applied(base: &TrainConfig, args: &[&str]) -> Result<TrainConfig, TrainError> {
+        let flags = <Flags as clap::Parser>::try_parse_from(
+            std::iter::once("attn-train").chain(args.iter().copied()),
+        )
+        .expect("flags parse");
+        let mut config = base.clone();
+        config.apply(&flags.overrides)?;
+        Ok(config)
+    }
+
+    fn json(config: &TrainConfig) -> serde_json::Value {
+        serde_json::to_value(config).expect("plain data")
+    }
+
+    #[test]
+    fn each_flag_given_its_stated_default_changes_nothing() {
+        let defaults = TrainConfig::default();
+        let mut unstated = Vec::new();
+        let mut checked = 0;
+        let command = <Flags as clap::CommandFactory>::command();
+        for arg in command.get_arguments() {
+            let long = arg.get_long().expect("every override is a long flag");
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            let Some(value) = help
+                .rsplit_once("[default: ")
+                .and_then(|(_, rest)| rest.strip_suffix(']'))
+            else {
+                unstated.push(long);
+                continue;
+            };
+            let flag = format!("--{long}");
+            let config = applied(&defaults, &[&flag, value]).expect("applies");
+            assert_eq!(json(&config), json(&defaults), "{flag} {value}");
+            checked += 1;
+        }
+        assert_eq!(unstated, ["device", "long-range", "final-norm"]);
+        assert_eq!(checked, 24);
+        assert_eq!(defaults.device, crate::backend::default_backend());
+    }
+
+    #[test]
+    fn flags_replace_the_settings_they_name() {
+        let base = TrainConfig::default();
+        let c = applied(
+            &base,
+            &["--d-model", "12", "--grad-clip", "0", "--seed", "9"],
+        )
+        .expect("applies");
+        assert_eq!(c.model.d_model, 12);
+        assert_eq!(c.optim.grad_clip, None);
+        assert_eq!(c.seed, 9);
+        assert_eq!(c.model.n_heads, base.model.n_heads);
+
+        let c = applied(&base, &["--norm", "post"]).expect("applies");
+        assert!(!c.model.final_norm);
+        let c = applied(&base, &["--norm", "post", "--final-norm", "true"]).expect("applies");
+        assert!(c.model.final_norm);
+    }
+
+    #[test]
+    fn long_range_lengthens_the_context_task_and_its_learned_table() {
+        let base = TrainConfig::default();
+        let c = applied(&base, &["--task", "context", "--long-range"]).expect("applies");
+        assert_eq!((c.task.seq_len, c.task.min_distance), (48, 30));
+        assert_eq!(c.model.pos, PositionalScheme::learned(48));
+        let err = applied(&base, &["--task", "sort", "--long-range"]).expect_err("not context");
+        assert!(err.to_string().contains("--long-range"), "{err}");
+    }
+
+    #[test]
+    fn a_learned_table_sized_by_a_file_is_kept_unless_the_length_is_given() {
+        let mut file = TrainConfig::default();
+        file.model.pos = PositionalScheme::learned(40);
+        let c = applied(&file, &["--d-model", "32"]).expect("applies");
+        assert_eq!(c.model.pos, PositionalScheme::learned(40));
+        let c = applied(&file, &["--seq-len", "20"]).expect("applies");
+        assert_eq!(c.model.pos, PositionalScheme::learned(20));
+    }
 
     #[test]
     fn defaults_are_valid_and_round_trip_through_json() {

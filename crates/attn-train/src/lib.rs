@@ -2,7 +2,22 @@
 //! metrics and plots, and the choice of backend.
 //!
 //! This is the only crate of the workspace that picks a device, reads the clock, prints, or
-//! touches files. The `attn-train` binary is a thin command line over [`train::run`].
+//! touches files. The `attn-train` binary is a thin command line over [`train::run`] and
+//! [`train::resume`], its flags [`config::Overrides`] of a [`TrainConfig`].
+//!
+//! One module per job:
+//!
+//! - [`tasks`]: the synthetic tasks, and where the `context` task's cue stands;
+//! - [`config`]: the whole configuration, and the command line's overrides of it;
+//! - [`train`]: the loop, fresh or resumed;
+//! - [`loss`]: the objective, shared by training and evaluation;
+//! - [`evaluate`]: the held-out set and a model's loss and accuracies on it;
+//! - [`inspect`]: attention weights of every head, heatmaps, cue attention;
+//! - [`schedule`]: the learning rate, run by burn's schedulers;
+//! - [`clip`]: global-norm gradient clipping;
+//! - [`random`]: the run's seeded ChaCha8 streams;
+//! - [`metrics`], [`plot`]: what is measured, and its pictures;
+//! - [`run_dir`], [`checkpoint`]: what a run writes where, and how it resumes.
 //!
 //! ```no_run
 //! use attn_train::{config::TrainConfig, tasks::TaskKind, train};
@@ -21,9 +36,14 @@ pub mod checkpoint;
 pub mod clip;
 pub mod config;
 pub mod error;
+pub mod evaluate;
+pub mod inspect;
+pub mod loss;
 pub mod metrics;
 pub mod plot;
+mod progress;
 pub mod random;
+pub mod run_dir;
 pub mod schedule;
 pub mod tasks;
 pub mod train;

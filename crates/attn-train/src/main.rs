@@ -11,112 +11,26 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use attn_pos::PositionalScheme;
-use attn_train::backend;
-use attn_train::config::{Act, Norm, OptimizerKind, PosName, TrainConfig};
-use attn_train::schedule::Decay;
-use attn_train::tasks::TaskKind;
+use attn_train::config::{Overrides, TrainConfig};
 use attn_train::train::{self, RunOptions};
-use clap::{ArgGroup, Parser};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 
 /// Train a Transformer encoder on a synthetic sequence task.
 #[derive(Parser, Debug)]
 #[command(name = "attn-train", version, about, long_about = None)]
-#[command(group(ArgGroup::new("shape").multiple(true)))]
 struct Cli {
-    /// The task: copy, reverse, sort, or context (the "apple" problem).
-    #[arg(long, value_enum, group = "shape")]
-    task: Option<TaskKind>,
-    /// Backend; one compiled into this build (see --help for the list and the feature that adds
-    /// another). Default: flex.
-    #[arg(long, value_name = "flex|ndarray|wgpu|vulkan|metal|cuda")]
-    device: Option<String>,
-    /// Optimizer updates (the learning-rate schedule spans them).
-    #[arg(long)]
-    steps: Option<usize>,
-    /// Sequences per update.
-    #[arg(long, group = "shape")]
-    batch_size: Option<usize>,
-    /// Tokens per sequence.
-    #[arg(long, group = "shape")]
-    seq_len: Option<usize>,
-    /// Distinct symbols for copy, reverse and sort.
-    #[arg(long, group = "shape")]
-    vocab: Option<usize>,
-    /// context: least distance between the ambiguous word and its cue.
-    #[arg(long, group = "shape")]
-    min_distance: Option<usize>,
-    /// context: the long-range setting, the cue 30 or more positions away (seq_len 48 unless
-    /// --seq-len says otherwise).
-    #[arg(long, group = "shape")]
-    long_range: bool,
-    /// Model width.
-    #[arg(long, group = "shape")]
-    d_model: Option<usize>,
-    /// Attention heads per layer.
-    #[arg(long, group = "shape")]
-    n_heads: Option<usize>,
-    /// Encoder layers.
-    #[arg(long, group = "shape")]
-    n_layers: Option<usize>,
-    /// Feed-forward hidden width.
-    #[arg(long, group = "shape")]
-    d_ff: Option<usize>,
-    /// Dropout probability while training.
-    #[arg(long, group = "shape")]
-    dropout: Option<f64>,
-    /// Positional scheme.
-    #[arg(long, value_enum, group = "shape")]
-    pos: Option<PosName>,
-    /// LayerNorm placement. `post` drops the final LayerNorm unless --final-norm true keeps it.
-    #[arg(long, value_enum, group = "shape")]
-    norm: Option<Norm>,
-    /// A LayerNorm after the last layer (default: with pre-norm, not with post-norm, whose
-    /// last block already ends in one).
-    #[arg(long, group = "shape")]
-    final_norm: Option<bool>,
-    /// Feed-forward non-linearity.
-    #[arg(long, value_enum, group = "shape")]
-    activation: Option<Act>,
-    /// Adam or AdamW.
-    #[arg(long, value_enum, group = "shape")]
-    optimizer: Option<OptimizerKind>,
-    /// Peak learning rate.
-    #[arg(long, group = "shape")]
-    lr: Option<f64>,
-    /// Warm-up updates.
-    #[arg(long, group = "shape")]
-    warmup_steps: Option<usize>,
-    /// Learning-rate decay after warm-up.
-    #[arg(long, value_enum, group = "shape")]
-    decay: Option<Decay>,
-    /// Weight decay (AdamW: decoupled; Adam: added to the gradient).
-    #[arg(long, group = "shape")]
-    weight_decay: Option<f64>,
-    /// Largest global gradient norm; 0 turns clipping off.
-    #[arg(long, group = "shape")]
-    grad_clip: Option<f32>,
-    /// Evaluate every this many steps.
-    #[arg(long, group = "shape")]
-    eval_every: Option<usize>,
-    /// Held-out sequences.
-    #[arg(long, group = "shape")]
-    eval_sequences: Option<usize>,
-    /// Checkpoint every this many steps (0: only at the end).
-    #[arg(long, group = "shape")]
-    checkpoint_every: Option<usize>,
-    /// Seed of every random stream.
-    #[arg(long, group = "shape")]
-    seed: Option<u64>,
+    #[command(flatten)]
+    overrides: Overrides,
     /// Read the configuration from a JSON file (flags override it).
-    #[arg(long, value_name = "FILE.json", group = "shape")]
+    #[arg(long, value_name = "FILE.json")]
     config: Option<PathBuf>,
-    /// Output folder. Default: runs/<task>.
-    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    /// Output folder (default: runs/<task>).
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Continue the run in DIR from its last checkpoint, with the configuration saved there
     /// (only --steps, --device and --stop-at may be given with it).
-    #[arg(long, value_name = "DIR", conflicts_with = "shape")]
+    #[arg(long, value_name = "DIR")]
     resume: Option<PathBuf>,
     /// Stop after this many steps, checkpointing there, as if interrupted.
     #[arg(long)]
@@ -130,7 +44,8 @@ struct Cli {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let options = RunOptions {
         out: None,
         resume: false,
@@ -140,24 +55,23 @@ fn main() -> Result<()> {
     };
 
     let summary = if let Some(dir) = &cli.resume {
-        let mut config = train::read_config(dir)
-            .with_context(|| format!("reading the run to resume in {}", dir.display()))?;
-        if let Some(steps) = cli.steps {
-            config.steps = steps;
+        let refused = refused_with_resume(&matches);
+        if !refused.is_empty() {
+            bail!(
+                "--resume continues with the configuration saved in {}, so {} cannot be given \
+                 with it (only --steps, --device and --stop-at can)",
+                dir.display(),
+                refused.join(", ")
+            );
         }
-        if let Some(device) = &cli.device {
-            config.device = device.clone();
-        }
-        check_device(&config.device)?;
-        let options = RunOptions {
-            out: Some(dir.clone()),
-            resume: true,
-            ..options
-        };
-        train::run(&config, &options).with_context(|| format!("resuming {}", dir.display()))?
+        train::resume(dir, &cli.overrides, &options)
+            .with_context(|| format!("resuming {}", dir.display()))?
     } else {
-        let config = build_config(&cli)?;
-        check_device(&config.device)?;
+        let mut config = match &cli.config {
+            Some(path) => TrainConfig::from_file(path)?,
+            None => TrainConfig::default(),
+        };
+        config.apply(&cli.overrides)?;
         let out = cli
             .out
             .clone()
@@ -177,93 +91,39 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// Fails early, with the feature to enable, on a backend this build does not have.
-fn check_device(name: &str) -> Result<()> {
-    backend::device(name).with_context(|| format!("choosing the backend `{name}`"))?;
-    Ok(())
+/// The flags that `--resume` takes along: the rest would change the saved configuration.
+const WITH_RESUME: [&str; 6] = ["resume", "steps", "device", "stop_at", "quiet", "no_plots"];
+
+/// The flags given on the command line that `--resume` refuses, as `--name`.
+fn refused_with_resume(matches: &ArgMatches) -> Vec<String> {
+    Cli::command()
+        .get_arguments()
+        .filter(|arg| !WITH_RESUME.contains(&arg.get_id().as_str()))
+        .filter(|arg| matches.value_source(arg.get_id().as_str()) == Some(ValueSource::CommandLine))
+        .filter_map(|arg| arg.get_long().map(|long| format!("--{long}")))
+        .collect()
 }
 
-/// Defaults, then the `--config` file, then the flags.
-fn build_config(cli: &Cli) -> Result<TrainConfig> {
-    let mut c = match &cli.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            TrainConfig::from_json(&text).with_context(|| format!("parsing {}", path.display()))?
-        }
-        None => TrainConfig::default(),
-    };
-    let set = |slot: &mut usize, value: Option<usize>| {
-        if let Some(v) = value {
-            *slot = v;
-        }
-    };
-    if let Some(kind) = cli.task {
-        c.task.kind = kind;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flags refused when `args` follow `--resume runs/x`.
+    fn refused(args: &[&str]) -> Vec<String> {
+        let command_line = ["attn-train", "--resume", "runs/x"].iter().chain(args);
+        let matches = Cli::command()
+            .try_get_matches_from(command_line)
+            .expect("flags parse");
+        refused_with_resume(&matches)
     }
-    if cli.long_range {
-        if c.task.kind != TaskKind::Context {
-            bail!("--long-range applies to --task context only");
-        }
-        c.task.min_distance = 30;
-        c.task.seq_len = 48;
+
+    #[test]
+    fn resume_names_only_the_refused_flags_that_were_given() {
+        let given = refused(&["--steps", "9", "--lr", "0.1", "--long-range"]);
+        assert_eq!(given, ["--long-range", "--lr"]);
+        let given = refused(&["--config", "c.json", "--out", "elsewhere"]);
+        assert_eq!(given, ["--config", "--out"]);
+        let given = refused(&["--steps", "9", "--device", "ndarray", "--quiet"]);
+        assert!(given.is_empty(), "{given:?}");
     }
-    set(&mut c.task.seq_len, cli.seq_len);
-    set(&mut c.task.vocab, cli.vocab);
-    set(&mut c.task.min_distance, cli.min_distance);
-    set(&mut c.model.d_model, cli.d_model);
-    set(&mut c.model.n_heads, cli.n_heads);
-    set(&mut c.model.n_layers, cli.n_layers);
-    set(&mut c.model.d_ff, cli.d_ff);
-    if let Some(p) = cli.dropout {
-        c.model.dropout = p;
-    }
-    if let Some(pos) = cli.pos {
-        c.model.pos = pos.scheme(c.task.seq_len);
-    }
-    // A learned table follows the sequence length unless a config file sized it on purpose.
-    if let PositionalScheme::Learned { max_len } = &mut c.model.pos
-        && (cli.seq_len.is_some() || cli.long_range || cli.pos.is_some())
-    {
-        *max_len = c.task.seq_len;
-    }
-    if let Some(n) = cli.norm {
-        c.model.norm = n;
-        c.model.final_norm = n == Norm::Pre;
-    }
-    if let Some(f) = cli.final_norm {
-        c.model.final_norm = f;
-    }
-    if let Some(a) = cli.activation {
-        c.model.activation = a;
-    }
-    if let Some(k) = cli.optimizer {
-        c.optim.kind = k;
-    }
-    if let Some(lr) = cli.lr {
-        c.optim.lr = lr;
-    }
-    set(&mut c.optim.warmup_steps, cli.warmup_steps);
-    if let Some(d) = cli.decay {
-        c.optim.decay = d;
-    }
-    if let Some(w) = cli.weight_decay {
-        c.optim.weight_decay = w;
-    }
-    if let Some(clip) = cli.grad_clip {
-        c.optim.grad_clip = (clip > 0.0).then_some(clip);
-    }
-    set(&mut c.steps, cli.steps);
-    set(&mut c.batch_size, cli.batch_size);
-    set(&mut c.eval_every, cli.eval_every);
-    set(&mut c.eval_sequences, cli.eval_sequences);
-    set(&mut c.checkpoint_every, cli.checkpoint_every);
-    if let Some(seed) = cli.seed {
-        c.seed = seed;
-    }
-    if let Some(device) = &cli.device {
-        c.device = device.clone();
-    }
-    c.validate().context("checking the configuration")?;
-    Ok(c)
 }

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{SegmentValue, ValueFormatter};
 use plotters::prelude::*;
+use plotters::style::colors::colormaps::ViridisRGB;
 use plotters::style::{FontStyle, register_font};
 
 use crate::error::TrainError;
@@ -202,29 +203,15 @@ pub fn accuracy_curve(path: &Path, log: &MetricsLog) -> Result<(), TrainError> {
     )
 }
 
-/// Colour of an attention weight in `[0, 1]`: a short viridis ramp, dark for 0, yellow for 1.
+/// Colour of an attention weight in `[0, 1]` on plotters' viridis scale: dark for 0, yellow
+/// for 1. A weight that is not a number is drawn as 0 (plotters' scale cannot place it).
 fn weight_color(w: f32) -> RGBColor {
-    const STOPS: [(f32, [u8; 3]); 5] = [
-        (0.0, [68, 1, 84]),
-        (0.25, [59, 82, 139]),
-        (0.5, [33, 145, 140]),
-        (0.75, [94, 201, 98]),
-        (1.0, [253, 231, 37]),
-    ];
     let w = if w.is_finite() {
         w.clamp(0.0, 1.0)
     } else {
         0.0
     };
-    let i = STOPS
-        .iter()
-        .position(|(x, _)| *x >= w)
-        .unwrap_or(STOPS.len() - 1)
-        .max(1);
-    let ((x0, c0), (x1, c1)) = (STOPS[i - 1], STOPS[i]);
-    let t = (w - x0) / (x1 - x0);
-    let mix = |a: u8, b: u8| (f32::from(a) + t * (f32::from(b) - f32::from(a))).round() as u8;
-    RGBColor(mix(c0[0], c1[0]), mix(c0[1], c1[1]), mix(c0[2], c1[2]))
+    ViridisRGB::get_color(w)
 }
 
 /// Draws one head's attention weights as a heatmap: row `i` (query, top to bottom) against
@@ -462,7 +449,13 @@ mod tests {
     #[test]
     fn colour_ramp_runs_from_dark_to_yellow() {
         assert_eq!(weight_color(0.0), RGBColor(68, 1, 84));
-        assert_eq!(weight_color(1.0), RGBColor(253, 231, 37));
+        assert_eq!(weight_color(1.0), RGBColor(254, 232, 37));
         assert_eq!(weight_color(f32::NAN), RGBColor(68, 1, 84));
+        assert_eq!(weight_color(2.0), weight_color(1.0));
+        let mid = weight_color(0.5);
+        assert!(
+            mid != weight_color(0.0) && mid != weight_color(1.0),
+            "{mid:?}"
+        );
     }
 }

@@ -1,101 +1,149 @@
-//! The run's own random numbers: a SplitMix64 generator whose whole state is one `u64`, so a
-//! checkpoint can store it and a resumed run draws exactly the numbers an unbroken run would.
+//! The run's random numbers: one seeded generator, ChaCha8 ([`rand_chacha::ChaCha8Rng`]), whose
+//! whole state (key, stream, position) serialises into a checkpoint, so a resumed run draws
+//! exactly the numbers an unbroken run would.
 //!
-//! Every stream of a run (model initialisation, dropout at each step, training batches, the
-//! held-out set) is derived from the run's seed with [`derive_seed`], so the streams do not
-//! overlap and none depends on how many numbers another one drew.
+//! ChaCha is a keyed function of `(key, stream, position)`: the run's seed is the key, each use
+//! of random numbers has its own stream ([`Stream`]), and the position counts the 32-bit words
+//! drawn from it. So the streams never overlap, none depends on how many numbers another one
+//! drew, and two seeds give unrelated numbers however close they are (`s` and `s ^ 1` too):
+//!
+//! ```text
+//! key        seed as 8 little-endian bytes, then 24 zero bytes
+//! init       the first u64 of stream 1                     reseeds the backend before init
+//! batches    stream 2, drawn in order                      its state is in each checkpoint
+//! held-out   stream 3, drawn in order
+//! dropout    the u64 at word 2 · step of stream 4          reseeds the backend at each step
+//! ```
 
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-/// Named streams derived from a run's seed.
-pub mod stream {
-    /// Initial weights of the model.
-    pub const INIT: u64 = 1;
+/// The uses of random numbers in a run, each a ChaCha stream of the run's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// The model's initial weights.
+    Init = 1,
     /// Training batches.
-    pub const TRAIN: u64 = 2;
+    Train = 2,
     /// The held-out evaluation set.
-    pub const EVAL: u64 = 3;
-    /// Dropout masks; the step number is mixed in on top.
-    pub const DROPOUT: u64 = 4;
+    Eval = 3,
+    /// Dropout masks, one position per step.
+    Dropout = 4,
 }
 
-/// A seed for stream `stream` of a run seeded with `seed`, well mixed so nearby seeds and
-/// streams give unrelated numbers.
-pub fn derive_seed(seed: u64, stream: u64) -> u64 {
-    let mut rng = Rng::new(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
-    rng.next_u64()
-}
-
-/// SplitMix64 (Steele, Lea and Flood 2014): small, fast, and the same numbers on every platform.
+/// The generator of a run: ChaCha8 keyed by the seed. It implements [`rand::RngCore`], so every
+/// method of [`rand::Rng`] draws from it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Rng {
-    state: u64,
-}
+#[serde(transparent)]
+pub struct Rng(ChaCha8Rng);
 
 impl Rng {
-    /// A generator from a seed.
+    /// Stream 0 of the key `seed`: a generator for one seed outside a run's streams (examples,
+    /// benchmarks, tests).
     pub fn new(seed: u64) -> Self {
-        Self { state: seed }
+        Self::keyed(seed, 0)
     }
 
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+    /// The stream of a run seeded with `seed` for one use.
+    pub fn stream(seed: u64, stream: Stream) -> Self {
+        Self::keyed(seed, stream as u64)
     }
 
-    /// A uniform integer in `0..n` (Lemire's multiply-shift; the bias is below `n / 2^64`).
-    ///
-    /// # Panics
-    ///
-    /// Panics when `n` is zero: there is no integer to draw.
-    pub fn below(&mut self, n: usize) -> usize {
-        assert!(n > 0, "Rng::below(0): empty range");
-        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+    fn keyed(seed: u64, stream: u64) -> Self {
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(&seed.to_le_bytes());
+        let mut rng = ChaCha8Rng::from_seed(key);
+        rng.set_stream(stream);
+        Self(rng)
+    }
+}
+
+impl RngCore for Rng {
+    fn next_u32(&mut self) -> u32 {
+        self.0.next_u32()
     }
 
-    /// A fair coin.
-    pub fn coin(&mut self) -> bool {
-        self.next_u64() >> 63 == 1
+    fn next_u64(&mut self) -> u64 {
+        self.0.next_u64()
     }
+
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        self.0.fill_bytes(dst);
+    }
+}
+
+/// The backend's seed for the initial weights of a run seeded with `seed`.
+pub fn init_seed(seed: u64) -> u64 {
+    Rng::stream(seed, Stream::Init).next_u64()
+}
+
+/// The backend's seed for the dropout masks of update `step` (0-based): the 64 bits at word
+/// `2 · step` of the dropout stream, a function of `(seed, step)` alone, whatever ran before.
+pub fn dropout_seed(seed: u64, step: usize) -> u64 {
+    let mut rng = Rng::stream(seed, Stream::Dropout);
+    rng.0.set_word_pos(2 * step as u128);
+    rng.next_u64()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
+    use rand::Rng as _;
+
     use super::*;
 
-    #[test]
-    fn same_seed_same_numbers_and_streams_differ() {
-        let a: Vec<u64> = (0..5)
-            .scan(Rng::new(7), |r, _| Some(r.next_u64()))
-            .collect();
-        let b: Vec<u64> = (0..5)
-            .scan(Rng::new(7), |r, _| Some(r.next_u64()))
-            .collect();
-        assert_eq!(a, b);
-        assert_ne!(derive_seed(7, stream::TRAIN), derive_seed(7, stream::EVAL));
-        assert_ne!(derive_seed(7, stream::TRAIN), derive_seed(8, stream::TRAIN));
+    fn draws(mut rng: Rng) -> Vec<u64> {
+        (0..5).map(|_| rng.next_u64()).collect()
     }
 
     #[test]
-    fn below_stays_in_range_and_covers_it() {
+    fn same_seed_same_numbers_and_streams_differ() {
+        assert_eq!(draws(Rng::new(7)), draws(Rng::new(7)));
+        let train = draws(Rng::stream(7, Stream::Train));
+        assert_ne!(train, draws(Rng::stream(7, Stream::Eval)));
+        assert_ne!(train, draws(Rng::stream(8, Stream::Train)));
+        assert_ne!(train, draws(Rng::stream(6, Stream::Train)));
+        assert_ne!(train, draws(Rng::new(7)));
+    }
+
+    #[test]
+    fn dropout_seeds_are_a_function_of_seed_and_step_and_never_collide() {
+        assert_eq!(dropout_seed(5, 3), dropout_seed(5, 3));
+        // `seed ^ step` would make (s, 1) and (s ^ 1, 0) the same.
+        assert_ne!(dropout_seed(4, 1), dropout_seed(5, 0));
+        let mut seen = HashSet::new();
+        for seed in 0..16 {
+            assert!(seen.insert(init_seed(seed)));
+            for step in 0..300 {
+                assert!(
+                    seen.insert(dropout_seed(seed, step)),
+                    "seed {seed}, step {step} repeats an earlier seed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn random_range_stays_in_range_and_covers_it() {
         let mut rng = Rng::new(3);
         let mut seen = [0usize; 5];
         for _ in 0..1000 {
-            seen[rng.below(5)] += 1;
+            seen[rng.random_range(0..5)] += 1;
         }
         assert!(seen.iter().all(|&n| n > 150), "{seen:?}");
     }
 
     #[test]
     fn state_round_trips_through_json() {
-        let mut rng = Rng::new(11);
-        rng.next_u64();
-        let json = serde_json::to_string(&rng).expect("plain struct serialises");
+        let mut rng = Rng::stream(11, Stream::Train);
+        for _ in 0..37 {
+            rng.next_u32();
+        }
+        let json = serde_json::to_string(&rng).expect("ChaCha's state serialises");
         let mut back: Rng = serde_json::from_str(&json).expect("round trip");
+        assert_eq!(back, rng);
         assert_eq!(back.next_u64(), rng.next_u64());
     }
 }

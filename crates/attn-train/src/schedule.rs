@@ -1,4 +1,5 @@
-//! The learning-rate schedule: linear warm-up to a peak, then decay to a floor.
+//! The learning-rate schedule: linear warm-up to a peak, then decay to a floor, run by burn's
+//! learning-rate schedulers.
 //!
 //! For update `t` (0-based) with `w` warm-up steps over `T` steps in all:
 //!
@@ -10,10 +11,26 @@
 //! with `d(p) = 1 - p` (linear), `(1 + cos(pi p)) / 2` (cosine) or `1` (constant), and
 //! `floor = peak * final_fraction`.
 //!
-//! The schedule is a pure function of the step rather than one of burn's stateful
-//! `LrScheduler`s: a resumed run needs nothing but the step number to continue it exactly.
+//! burn's schedulers compute the fraction `lr(t) / peak`, one after another
+//! ([`SequentialLrSchedulerConfig`]):
+//!
+//! ```text
+//! warm-up   LinearLrScheduler(1 / w -> 1 over w - 1 steps)     (w = 1: ConstantLr(1))
+//! decay     LinearLrScheduler(1 -> final_fraction over T - w steps),
+//!           CosineAnnealingLrScheduler(1 -> final_fraction over T - w steps), or ConstantLr(1)
+//! ```
+//!
+//! The scheduler is stateful: each call of [`Scheduler::step`] gives the next update's
+//! learning rate, and a checkpoint saves its record ([`Scheduler::to_record`]).
 
+use burn::optim::lr_scheduler::cosine::CosineAnnealingLrSchedulerConfig;
+use burn::optim::lr_scheduler::linear::LinearLrSchedulerConfig;
+use burn::optim::lr_scheduler::module_lr_scheduler::ModuleLrScheduler;
+use burn::optim::lr_scheduler::sequential::SequentialLrSchedulerConfig;
+use burn::optim::lr_scheduler::{LrSchedulerConfig, LrSchedulerRecord};
 use serde::{Deserialize, Serialize};
+
+use crate::error::TrainError;
 
 /// How the learning rate falls after warm-up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -27,7 +44,7 @@ pub enum Decay {
     Cosine,
 }
 
-/// Warm-up then decay, as a function of the step.
+/// Warm-up then decay: what a [`Scheduler`] follows.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LrSchedule {
     /// The learning rate at the end of warm-up.
@@ -43,20 +60,75 @@ pub struct LrSchedule {
 }
 
 impl LrSchedule {
-    /// The learning rate for update `step` (0-based).
-    pub fn at(&self, step: usize) -> f64 {
-        if step < self.warmup_steps {
-            return self.peak * (step + 1) as f64 / self.warmup_steps as f64;
-        }
-        let span = self.total_steps.saturating_sub(self.warmup_steps).max(1);
-        let progress = ((step - self.warmup_steps) as f64 / span as f64).min(1.0);
-        let shape = match self.decay {
-            Decay::Constant => 1.0,
-            Decay::Linear => 1.0 - progress,
-            Decay::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()),
+    /// burn's scheduler for this schedule, before its first update.
+    ///
+    /// # Errors
+    ///
+    /// [`TrainError::Config`] when `final_fraction` is outside `[0, 1]` (burn refuses it).
+    pub fn scheduler(&self) -> Result<Scheduler, TrainError> {
+        let warmup = self.warmup_steps;
+        let fraction = self.final_fraction;
+        // burn's linear and cosine schedulers refuse learning rates above 1, while a run may
+        // ask for any positive peak: they schedule the fraction of the peak, in (0, 1].
+        let warm_up: LrSchedulerConfig = match warmup {
+            0 | 1 => LrSchedulerConfig::Constant(1.0),
+            w => LinearLrSchedulerConfig::new(1.0 / w as f64, 1.0, w - 1).into(),
         };
-        let floor = self.peak * self.final_fraction;
-        floor + (self.peak - floor) * shape
+        let span = self.total_steps.saturating_sub(warmup).max(1);
+        // Decay runs for the steps `w..T`, that is `span` calls at most: burn's cosine, which
+        // would climb again after `span` calls, never gets there.
+        let decay: LrSchedulerConfig = match self.decay {
+            Decay::Constant => LrSchedulerConfig::Constant(1.0),
+            Decay::Linear => LinearLrSchedulerConfig::new(1.0, fraction, span).into(),
+            Decay::Cosine => CosineAnnealingLrSchedulerConfig::new(1.0, span)
+                .with_min_lr(fraction)
+                .into(),
+        };
+        let sequence = match warmup {
+            0 => SequentialLrSchedulerConfig::new(vec![decay], vec![]),
+            w => SequentialLrSchedulerConfig::new(vec![warm_up, decay], vec![w]),
+        };
+        let fractions = sequence
+            .init()
+            .map_err(|reason| TrainError::Config(format!("learning-rate schedule: {reason}")))?;
+        Ok(Scheduler {
+            peak: self.peak,
+            fractions,
+        })
+    }
+}
+
+/// A schedule being followed: burn's scheduler of `lr / peak`, and the peak.
+#[derive(Clone)]
+pub struct Scheduler {
+    peak: f64,
+    fractions: ModuleLrScheduler,
+}
+
+impl Scheduler {
+    /// The learning rate of the next update.
+    pub fn step(&mut self) -> f64 {
+        self.peak * self.fractions.step().base()
+    }
+
+    /// Moves on by `steps` updates, as if they had been taken.
+    pub fn skip(&mut self, steps: usize) {
+        for _ in 0..steps {
+            self.step();
+        }
+    }
+
+    /// The scheduler's state (burn's record: the counters of each part).
+    pub fn to_record(&self) -> LrSchedulerRecord {
+        self.fractions.to_record()
+    }
+
+    /// The scheduler with the state `record`, saved from a scheduler of the same schedule.
+    pub fn load_record(self, record: LrSchedulerRecord) -> Self {
+        Self {
+            fractions: self.fractions.load_record(record),
+            ..self
+        }
     }
 }
 
@@ -74,27 +146,37 @@ mod tests {
         }
     }
 
+    /// The learning rates of the first `n` updates.
+    fn lrs(schedule: &LrSchedule, n: usize) -> Vec<f64> {
+        let mut scheduler = schedule.scheduler().expect("a valid schedule");
+        (0..n).map(|_| scheduler.step()).collect()
+    }
+
+    fn assert_close(got: f64, want: f64) {
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    }
+
     #[test]
     fn warm_up_rises_linearly_to_the_peak() {
-        let s = schedule(Decay::Linear);
-        let lrs: Vec<f64> = (0..4).map(|t| s.at(t)).collect();
-        assert_eq!(lrs, vec![0.5, 1.0, 1.5, 2.0]);
-        assert_eq!(s.at(4), 2.0);
+        let lrs = lrs(&schedule(Decay::Linear), 5);
+        for (got, want) in lrs.iter().zip([0.5, 1.0, 1.5, 2.0, 2.0]) {
+            assert_close(*got, want);
+        }
     }
 
     #[test]
     fn linear_decay_reaches_the_floor_at_the_last_step() {
-        let s = schedule(Decay::Linear);
-        assert!((s.at(9) - (0.2 + 1.8 * 0.5)).abs() < 1e-12);
-        assert!((s.at(14) - 0.2).abs() < 1e-12);
-        assert!((s.at(100) - 0.2).abs() < 1e-12);
+        let lrs = lrs(&schedule(Decay::Linear), 101);
+        assert_close(lrs[9], 0.2 + 1.8 * 0.5);
+        assert_close(lrs[14], 0.2);
+        assert_close(lrs[100], 0.2);
     }
 
     #[test]
     fn cosine_decay_is_half_way_at_mid_point() {
-        let s = schedule(Decay::Cosine);
-        assert!((s.at(9) - 1.1).abs() < 1e-12);
-        assert!((s.at(14) - 0.2).abs() < 1e-12);
+        let lrs = lrs(&schedule(Decay::Cosine), 15);
+        assert_close(lrs[9], 1.1);
+        assert_close(lrs[14], 0.2);
     }
 
     #[test]
@@ -103,7 +185,50 @@ mod tests {
             warmup_steps: 0,
             ..schedule(Decay::Constant)
         };
-        assert_eq!(s.at(0), 2.0);
-        assert_eq!(s.at(13), 2.0);
+        let lrs = lrs(&s, 14);
+        assert_eq!(lrs[0], 2.0);
+        assert_eq!(lrs[13], 2.0);
+    }
+
+    #[test]
+    fn one_warm_up_step_starts_at_the_peak() {
+        let s = LrSchedule {
+            warmup_steps: 1,
+            ..schedule(Decay::Linear)
+        };
+        let lrs = lrs(&s, 3);
+        assert_close(lrs[0], 2.0);
+        assert_close(lrs[1], 2.0);
+        assert_close(lrs[2], 0.2 + 1.8 * (1.0 - 1.0 / 13.0));
+    }
+
+    #[test]
+    fn a_peak_above_one_is_scheduled_too() {
+        let s = LrSchedule {
+            peak: 1e300,
+            ..schedule(Decay::Cosine)
+        };
+        assert!((lrs(&s, 4)[3] / 1e300 - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_restored_record_continues_the_schedule() {
+        for decay in [Decay::Constant, Decay::Linear, Decay::Cosine] {
+            let s = schedule(decay);
+            let mut saved = s.scheduler().expect("valid");
+            saved.skip(6);
+            let mut restored = s.scheduler().expect("valid").load_record(saved.to_record());
+            let rest: Vec<f64> = (0..8).map(|_| restored.step()).collect();
+            assert_eq!(rest, lrs(&s, 14)[6..], "{decay:?}");
+        }
+    }
+
+    #[test]
+    fn a_fraction_beyond_one_is_refused() {
+        let s = LrSchedule {
+            final_fraction: 1.5,
+            ..schedule(Decay::Linear)
+        };
+        assert!(matches!(s.scheduler(), Err(TrainError::Config(_))));
     }
 }

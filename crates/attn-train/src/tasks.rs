@@ -19,8 +19,6 @@ use std::fmt;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use crate::random::Rng;
-
 /// The class of positions that are not scored (loss and accuracy skip them).
 pub const IGNORED: usize = 0;
 
@@ -254,24 +252,25 @@ impl TaskConfig {
     /// # Panics
     ///
     /// Panics when [`validate`](Self::validate) would fail.
-    pub fn example(&self, rng: &mut Rng) -> (Vec<i64>, Vec<i64>) {
-        let symbols = |rng: &mut Rng| -> Vec<i64> {
+    pub fn example(&self, rng: &mut impl rand::Rng) -> (Vec<i64>, Vec<i64>) {
+        let vocab = self.vocab as i64;
+        let mut symbols = || -> Vec<i64> {
             (0..self.seq_len)
-                .map(|_| rng.below(self.vocab) as i64)
+                .map(|_| rng.random_range(0..vocab))
                 .collect()
         };
         match self.kind {
             TaskKind::Copy => {
-                let x = symbols(rng);
+                let x = symbols();
                 (x.clone(), x)
             }
             TaskKind::Reverse => {
-                let x = symbols(rng);
+                let x = symbols();
                 let y = x.iter().rev().copied().collect();
                 (x, y)
             }
             TaskKind::Sort => {
-                let x = symbols(rng);
+                let x = symbols();
                 let mut y = x.clone();
                 y.sort_unstable();
                 (x, y)
@@ -281,7 +280,7 @@ impl TaskConfig {
     }
 
     /// A batch of `batch` independent examples.
-    pub fn batch(&self, batch: usize, rng: &mut Rng) -> Batch {
+    pub fn batch(&self, batch: usize, rng: &mut impl rand::Rng) -> Batch {
         let mut tokens = Vec::with_capacity(batch * self.seq_len);
         let mut targets = Vec::with_capacity(batch * self.seq_len);
         for _ in 0..batch {
@@ -298,23 +297,23 @@ impl TaskConfig {
     }
 
     /// The apple problem: filler words, one `apple`, one cue at distance >= `min_distance`.
-    fn context_example(&self, rng: &mut Rng) -> (Vec<i64>, Vec<i64>) {
+    fn context_example(&self, rng: &mut impl rand::Rng) -> (Vec<i64>, Vec<i64>) {
         let seq_len = self.seq_len;
         let far_enough = |p: usize, q: usize| p.abs_diff(q) >= self.min_distance;
         // Rejection sampling keeps (apple, cue) uniform over all pairs that are far enough.
         let (apple, cue) = loop {
-            let (p, q) = (rng.below(seq_len), rng.below(seq_len));
+            let (p, q) = (rng.random_range(0..seq_len), rng.random_range(0..seq_len));
             if far_enough(p, q) {
                 break (p, q);
             }
         };
-        let fruit = rng.coin();
+        let fruit = rng.random_bool(0.5);
         let cues = if fruit { &FRUIT_CUES } else { &COMPANY_CUES };
-        let cue_word = cues[rng.below(cues.len())];
+        let cue_word = cues[rng.random_range(0..cues.len())];
 
         let filler_base = 1 + FRUIT_CUES.len() + COMPANY_CUES.len();
         let mut tokens: Vec<i64> = (0..seq_len)
-            .map(|_| (filler_base + rng.below(FILLERS.len())) as i64)
+            .map(|_| (filler_base + rng.random_range(0..FILLERS.len())) as i64)
             .collect();
         tokens[apple] = context_token(AMBIGUOUS);
         tokens[cue] = context_token(cue_word);
@@ -323,6 +322,36 @@ impl TaskConfig {
         targets[apple] = if fruit { 1 } else { 2 };
         (tokens, targets)
     }
+}
+
+/// Where the `context` task's ambiguous word and its cue stand in one sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CuePositions {
+    /// The ambiguous word (`apple`): the one scored position.
+    pub word: usize,
+    /// The cue word that decides the ambiguous word's class.
+    pub cue: usize,
+}
+
+impl TaskConfig {
+    /// `context` only: where the ambiguous word and its cue stand in `tokens`, one sequence of
+    /// the task. `None` for the other tasks, or for a sequence without either word.
+    pub fn cue_positions(&self, tokens: &[i64]) -> Option<CuePositions> {
+        if self.kind != TaskKind::Context {
+            return None;
+        }
+        let word = tokens.iter().position(|&t| t == context_token(AMBIGUOUS))?;
+        let cue = tokens.iter().position(|&t| is_cue(t))?;
+        Some(CuePositions { word, cue })
+    }
+}
+
+/// Whether a `context` token id is one of the cue words.
+fn is_cue(token: i64) -> bool {
+    usize::try_from(token)
+        .ok()
+        .and_then(context_word)
+        .is_some_and(|w| FRUIT_CUES.contains(&w) || COMPANY_CUES.contains(&w))
 }
 
 /// The word of a `context` token id.
@@ -348,6 +377,7 @@ fn context_token(word: &str) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::random::Rng;
 
     fn task(kind: TaskKind) -> TaskConfig {
         TaskConfig {
@@ -399,18 +429,43 @@ mod tests {
             let (x, y) = task.example(&mut rng);
             let p = x.iter().position(|&t| t == apple).expect("one apple");
             assert_eq!(x.iter().filter(|&&t| t == apple).count(), 1);
-            let cue = x
-                .iter()
-                .position(|&t| (1..=10).contains(&t))
-                .expect("one cue");
-            assert_eq!(x.iter().filter(|&&t| (1..=10).contains(&t)).count(), 1);
+            let cue = x.iter().position(|&t| is_cue(t)).expect("one cue");
+            assert_eq!(x.iter().filter(|&&t| is_cue(t)).count(), 1);
             assert!(p.abs_diff(cue) >= 30, "apple at {p}, cue at {cue}");
-            let expected = if x[cue] <= 5 { 1 } else { 2 };
+            let cue_word = context_word(x[cue] as usize).expect("a word");
+            let expected = if FRUIT_CUES.contains(&cue_word) { 1 } else { 2 };
             assert_eq!(y[p], expected);
             assert_eq!(y.iter().filter(|&&c| c != IGNORED as i64).count(), 1);
+            assert_eq!(
+                task.cue_positions(&x),
+                Some(CuePositions { word: p, cue }),
+                "{x:?}"
+            );
             senses[y[p] as usize] += 1;
         }
         assert!(senses[1] > 60 && senses[2] > 60, "{senses:?}");
+    }
+
+    #[test]
+    fn cue_positions_name_the_scored_word_and_its_cue() {
+        let task = TaskConfig {
+            kind: TaskKind::Context,
+            seq_len: 9,
+            vocab: 0,
+            min_distance: 2,
+        };
+        let words = ["the", "ripe", "a", "of", "apple", "to", "in", "is", "it"];
+        let tokens: Vec<i64> = words.iter().map(|w| context_token(w)).collect();
+        assert_eq!(
+            task.cue_positions(&tokens),
+            Some(CuePositions { word: 4, cue: 1 })
+        );
+        assert_eq!(task.cue_positions(&tokens[2..]), None, "no cue left");
+        let reverse = TaskConfig {
+            kind: TaskKind::Reverse,
+            ..task
+        };
+        assert_eq!(reverse.cue_positions(&tokens), None);
     }
 
     #[test]

@@ -11,40 +11,42 @@
 //! θ      = Adam(θ, g, lr(step))
 //! ```
 //!
+//! The pieces live by job: the objective in [`crate::loss`], the held-out set and its metrics
+//! in [`crate::evaluate`], the attention heatmaps and cue weights in [`crate::inspect`], the
+//! files in [`crate::run_dir`] and [`crate::checkpoint`], the learning rate in
+//! [`crate::schedule`].
+//!
 //! Determinism: every random number comes from the run's seed (see [`crate::random`]). Model
-//! initialisation and each step's dropout reseed the backend from `(seed, stream, step)`, and the
-//! training batches come from a generator whose state the checkpoint stores, so a resumed run
-//! repeats an unbroken run's numbers on the same backend. burn's backend generator is global,
-//! so two runs must not train at the same time in one process on the same backend.
+//! initialisation and each step's dropout reseed the backend from the seed (and the step), and
+//! the training batches and the learning-rate scheduler have states that the checkpoint stores,
+//! so a resumed run repeats an unbroken run's numbers on the same backend. burn's backend
+//! generator is global, so two runs must not train at the same time in one process on the same
+//! backend.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use attn_model::TokenEncoder;
 use burn::module::Module;
-use burn::nn::loss::{CrossEntropyLoss, CrossEntropyLossConfig};
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer};
-use burn::tensor::{Device, Int, Tensor};
-use indicatif::{ProgressBar, ProgressStyle};
+use burn::tensor::Device;
 use serde::Serialize;
 
 use crate::checkpoint::{self, TrainState};
 use crate::clip::clip_global_norm;
-use crate::config::{OptimConfig, OptimizerKind, TrainConfig};
+use crate::config::{OptimConfig, OptimizerKind, Overrides, TrainConfig};
 use crate::error::TrainError;
-use crate::metrics::{Counts, EvalMetrics, MetricsLog, MetricsRow};
+use crate::evaluate::{eval_set, evaluate};
+use crate::inspect;
+use crate::loss::{loss_function, token_loss, value_of};
+use crate::metrics::{EvalMetrics, MetricsLog, MetricsRow};
 use crate::plot;
-use crate::random::{Rng, derive_seed, stream};
-use crate::tasks::{Batch, TaskConfig, TaskKind};
-
-/// The configuration file written into (and read back from) the output folder.
-pub const CONFIG_FILE: &str = "config.json";
-/// The metrics file in the output folder.
-pub const METRICS_FILE: &str = "metrics.csv";
-/// The folder of attention heatmaps in the output folder.
-pub const ATTENTION_DIR: &str = "attention";
+use crate::progress::Progress;
+use crate::random::{self, Rng, Stream};
+use crate::run_dir::{self, RunDir};
+use crate::schedule::Scheduler;
+use crate::tasks::TaskKind;
 
 /// How to run, beyond the configuration itself.
 #[derive(Clone, Debug, Default)]
@@ -104,21 +106,20 @@ pub fn run(config: &TrainConfig, options: &RunOptions) -> Result<RunSummary, Tra
     run_on(config, device, options)
 }
 
-/// Continues the run whose output folder is `dir`, with the configuration saved there;
-/// `steps` (when given) replaces the saved number of steps, which also stretches the schedule.
+/// Continues the run whose output folder is `dir`, with the configuration saved there changed
+/// by `overrides`. A new `steps` stretches (or shortens) the schedule; a new task, model or
+/// seed does not fit the checkpoint and is refused.
 ///
 /// # Errors
 ///
 /// As [`run`], plus [`TrainError::NoCheckpoint`] when `dir` holds no checkpoint.
 pub fn resume(
     dir: &Path,
-    steps: Option<usize>,
+    overrides: &Overrides,
     options: &RunOptions,
 ) -> Result<RunSummary, TrainError> {
-    let mut config = read_config(dir)?;
-    if let Some(steps) = steps {
-        config.steps = steps;
-    }
+    let mut config = run_dir::read_config(dir)?;
+    config.apply(overrides)?;
     let options = RunOptions {
         out: Some(dir.to_path_buf()),
         resume: true,
@@ -127,15 +128,80 @@ pub fn resume(
     run(&config, &options)
 }
 
-/// Reads `config.json` from an output folder.
-///
-/// # Errors
-///
-/// [`TrainError::Io`] when it cannot be read, [`TrainError::Config`] when it does not parse.
-pub fn read_config(dir: &Path) -> Result<TrainConfig, TrainError> {
-    let path = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| TrainError::io("reading", &path, e))?;
-    TrainConfig::from_json(&text)
+/// Where a run starts: afresh, or from the newest checkpoint of its folder.
+struct Start {
+    model: TokenEncoder,
+    optim: ModuleOptimizer,
+    scheduler: Scheduler,
+    state: TrainState,
+    log: MetricsLog,
+    resumed_from: Option<usize>,
+    last_checkpoint: Option<PathBuf>,
+    run_dir: Option<RunDir>,
+}
+
+/// Builds the model, optimizer and scheduler, then loads the newest checkpoint into them when
+/// resuming, and prepares the run folder (cleared for a fresh run) with `config.json` in it.
+fn start(
+    config: &TrainConfig,
+    train_device: &Device,
+    options: &RunOptions,
+) -> Result<Start, TrainError> {
+    let schedule = config.schedule();
+    train_device.seed(random::init_seed(config.seed));
+    let mut start = Start {
+        model: config.encoder_config().init(train_device)?,
+        optim: optimizer(&config.optim),
+        scheduler: schedule.scheduler()?,
+        state: TrainState {
+            step: 0,
+            train_rng: Rng::stream(config.seed, Stream::Train),
+            schedule,
+            wall_seconds: 0.0,
+            train_seconds: 0.0,
+            tokens_seen: 0,
+            run: config.identity(),
+        },
+        log: MetricsLog::default(),
+        resumed_from: None,
+        last_checkpoint: None,
+        run_dir: None,
+    };
+    let Some(out) = &options.out else {
+        return Ok(start);
+    };
+    let run_dir = if options.resume {
+        let run_dir = RunDir::existing(out)?;
+        let path = checkpoint::latest(out)?
+            .ok_or_else(|| TrainError::NoCheckpoint { path: out.clone() })?;
+        let loaded = checkpoint::load(
+            &path,
+            start.model,
+            start.optim,
+            &schedule,
+            &config.identity(),
+        )?;
+        start.model = loaded.model;
+        start.optim = loaded.optim;
+        start.scheduler = loaded.scheduler;
+        // From here on the scheduler follows this run's schedule, whatever the checkpoint's was.
+        start.state = TrainState {
+            schedule,
+            ..loaded.state
+        };
+        start.resumed_from = Some(start.state.step);
+        if run_dir.metrics().exists() {
+            start.log = MetricsLog::read_csv(&run_dir.metrics())?;
+            start.log.truncate_after(start.state.step);
+        }
+        start.last_checkpoint = Some(path);
+        run_dir
+    } else {
+        RunDir::fresh(out)?
+    };
+    run_dir.write_config(config)?;
+    start.run_dir = Some(run_dir);
+    Ok(start)
 }
 
 /// Trains on `device` (without autodiff; the loop adds it). `config.device` only labels the run.
@@ -153,54 +219,22 @@ pub fn run_on(
     let task = &config.task;
     let train_device = device.clone().autodiff();
     let loss_fn = loss_function(task, &device);
-
-    let fresh_model = || -> Result<TokenEncoder, TrainError> {
-        train_device.seed(derive_seed(config.seed, stream::INIT));
-        Ok(config.encoder_config().init(&train_device)?)
-    };
-    let mut model = fresh_model()?;
-    let mut optim = optimizer(&config.optim);
-    let mut state = TrainState {
-        step: 0,
-        train_rng: Rng::new(derive_seed(config.seed, stream::TRAIN)),
-        wall_seconds: 0.0,
-        train_seconds: 0.0,
-        tokens_seen: 0,
-        run: config.identity(),
-    };
-    let mut train_seconds_before = 0.0;
-    let mut log = MetricsLog::default();
-    let mut resumed_from = None;
-    let mut last_checkpoint = None;
-
-    if let Some(out) = &options.out {
-        std::fs::create_dir_all(out).map_err(|e| TrainError::io("creating", out, e))?;
-        if options.resume {
-            let dir = checkpoint::latest(out)?
-                .ok_or_else(|| TrainError::NoCheckpoint { path: out.clone() })?;
-            let loaded = checkpoint::load(&dir, model, optim, &config.identity())?;
-            (model, optim, state) = (loaded.model, loaded.optim, loaded.state);
-            resumed_from = Some(state.step);
-            train_seconds_before = state.train_seconds;
-            let metrics = out.join(METRICS_FILE);
-            if metrics.exists() {
-                log = MetricsLog::read_csv(&metrics)?;
-                log.truncate_after(state.step);
-            }
-            last_checkpoint = Some(dir);
-        } else {
-            clear_previous_run(out)?;
-        }
-        let json = serde_json::to_string_pretty(config).expect("TrainConfig is plain data");
-        let path = out.join(CONFIG_FILE);
-        std::fs::write(&path, json).map_err(|e| TrainError::io("writing", &path, e))?;
-    }
+    let Start {
+        mut model,
+        mut optim,
+        mut scheduler,
+        mut state,
+        mut log,
+        resumed_from,
+        mut last_checkpoint,
+        run_dir,
+    } = start(config, &train_device, options)?;
+    let train_seconds_before = state.train_seconds;
 
     let eval_set = eval_set(config);
     let end = options
         .stop_at
         .map_or(config.steps, |s| s.min(config.steps));
-    let schedule = config.schedule();
     let progress = Progress::new(options.progress, state.step, config.steps);
     let tokens_per_batch = (config.batch_size * task.seq_len) as u64;
 
@@ -211,16 +245,16 @@ pub fn run_on(
 
     while state.step < end {
         let step = state.step;
-        let lr = schedule.at(step);
+        let lr = scheduler.step();
         let batch = task.batch(config.batch_size, &mut state.train_rng);
         let tick = Instant::now();
 
         // Dropout draws from the backend's generator: reseeding it per step makes the masks a
         // function of (seed, step), whatever ran before.
-        train_device.seed(derive_seed(config.seed ^ step as u64, stream::DROPOUT));
+        train_device.seed(random::dropout_seed(config.seed, step));
         let logits = model.forward(batch.tokens_tensor(&train_device)); // [batch, seq_len, n_classes]
         let loss = token_loss(&loss_fn, logits, batch.targets_tensor(&train_device));
-        let loss_value = scalar(loss.clone())?;
+        let loss_value = value_of(loss.clone())?;
         if !loss_value.is_finite() {
             progress.finish();
             return Err(TrainError::NonFiniteLoss {
@@ -244,7 +278,7 @@ pub fn run_on(
         progress.step(state.step, loss_value);
 
         let done = state.step == end;
-        let checkpoint_due = options.out.is_some()
+        let checkpoint_due = run_dir.is_some()
             && (done
                 || (config.checkpoint_every > 0
                     && state.step.is_multiple_of(config.checkpoint_every)));
@@ -272,16 +306,17 @@ pub fn run_on(
             (loss_sum, loss_count) = (0.0, 0);
             progress.eval(&row);
             log.rows.push(row);
-            if let Some(out) = &options.out {
-                log.write_csv(&out.join(METRICS_FILE))?;
+            if let Some(dir) = &run_dir {
+                log.write_csv(&dir.metrics())?;
             }
         }
-        if let Some(out) = &options.out
+        if let Some(dir) = &run_dir
             && checkpoint_due
         {
             state.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             state.train_seconds = train_seconds_before + train_time;
-            last_checkpoint = Some(checkpoint::save(out, &model, &optim, &state)?);
+            let saved = checkpoint::save(dir.root(), &model, &optim, &scheduler, &state)?;
+            last_checkpoint = Some(saved);
         }
     }
     progress.finish();
@@ -291,13 +326,15 @@ pub fn run_on(
         Some(row) if row.step == state.step => row.eval(),
         _ => evaluate(&valid, task, &eval_set, &loss_fn, &device)?,
     };
-    if let Some(out) = &options.out
+    if let Some(dir) = &run_dir
         && !options.skip_plots
     {
-        draw_plots(out, &valid, task, &eval_set, &log, &device)?;
+        plot::loss_curve(&dir.loss_plot(), &log)?;
+        plot::accuracy_curve(&dir.accuracy_plot(), &log)?;
+        inspect::draw_heads(dir, &valid, task, eval_set[0].sequence(0), &device)?;
     }
     let cue_attention = match task.kind {
-        TaskKind::Context => Some(cue_attention(&valid, &eval_set[0], &device)?),
+        TaskKind::Context => Some(inspect::cue_attention(&valid, task, &eval_set[0], &device)?),
         _ => None,
     };
 
@@ -341,254 +378,6 @@ fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
     }
 }
 
-/// Cross-entropy over classes that skips the task's ignored class, if it has one.
-fn loss_function(task: &TaskConfig, device: &Device) -> CrossEntropyLoss {
-    CrossEntropyLossConfig::new()
-        .with_pad_tokens(task.ignored_class().map(|c| vec![c]))
-        .init(device)
-}
-
-/// Mean cross-entropy per scored position.
-///
-/// # Shapes
-///
-/// - logits: `[batch, seq_len, n_classes]`
-/// - targets: `[batch, seq_len]`
-/// - output: `[1]`
-fn token_loss(loss_fn: &CrossEntropyLoss, logits: Tensor<3>, targets: Tensor<2, Int>) -> Tensor<1> {
-    let [batch, seq_len, n_classes] = logits.dims();
-    let logits = logits.reshape([batch * seq_len, n_classes]); // [batch * seq_len, n_classes]
-    let targets = targets.reshape([batch * seq_len]); // [batch * seq_len]
-    loss_fn.forward(logits, targets)
-}
-
-/// Reads a one-element tensor back to the host.
-fn scalar(t: Tensor<1>) -> Result<f64, TrainError> {
-    t.try_into_scalar::<f32>().map(f64::from).map_err(|e| {
-        TrainError::Config(format!("cannot read the loss back from the device: {e:?}"))
-    })
-}
-
-/// The held-out set: `eval_sequences` examples from their own stream, in batches.
-fn eval_set(config: &TrainConfig) -> Vec<Batch> {
-    let mut rng = Rng::new(derive_seed(config.seed, stream::EVAL));
-    let chunk = config.batch_size.max(256);
-    let mut left = config.eval_sequences;
-    let mut batches = Vec::new();
-    while left > 0 {
-        let n = left.min(chunk);
-        batches.push(config.task.batch(n, &mut rng));
-        left -= n;
-    }
-    batches
-}
-
-/// Loss and accuracies of `model` (in evaluation mode: no dropout) on `eval_set`.
-///
-/// # Errors
-///
-/// [`TrainError::Config`] when results cannot be read back from the device.
-pub fn evaluate(
-    model: &TokenEncoder,
-    task: &TaskConfig,
-    eval_set: &[Batch],
-    loss_fn: &CrossEntropyLoss,
-    device: &Device,
-) -> Result<EvalMetrics, TrainError> {
-    let mut counts = Counts::default();
-    for batch in eval_set {
-        let logits = model.forward(batch.tokens_tensor(device)); // [batch, seq_len, n_classes]
-        let predictions = logits.clone().argmax(2).squeeze_dim::<2>(2); // [batch, seq_len]
-        let loss = scalar(token_loss(loss_fn, logits, batch.targets_tensor(device)))?;
-        let predictions = predictions
-            .into_data()
-            .try_into_vec_as::<i64>()
-            .map_err(|e| TrainError::Config(format!("cannot read predictions back: {e:?}")))?;
-        counts.add(Counts::score(
-            &predictions,
-            batch,
-            loss,
-            task.ignored_class(),
-        ));
-    }
-    Ok(counts.metrics())
-}
-
-/// Per layer, attention weights `[n_heads, seq_len, seq_len]` of one sequence, row-major.
-fn attention_maps(
-    model: &TokenEncoder,
-    tokens: &[i64],
-    device: &Device,
-) -> Result<Vec<(usize, Vec<f32>)>, TrainError> {
-    let seq_len = tokens.len();
-    let one = Batch {
-        batch: 1,
-        seq_len,
-        tokens: tokens.to_vec(),
-        targets: vec![0; seq_len],
-    };
-    let (_, weights) = model.forward_with_weights(one.tokens_tensor(device))?;
-    weights
-        .into_iter()
-        .map(|w| {
-            let [_, n_heads, _, _] = w.dims(); // [1, n_heads, seq_len, seq_len]
-            let values = w.into_data().try_into_vec_as::<f32>().map_err(|e| {
-                TrainError::Config(format!("cannot read attention weights back: {e:?}"))
-            })?;
-            Ok((n_heads, values))
-        })
-        .collect()
-}
-
-/// Per layer, the mean over `batch`'s sequences of the largest weight any head puts on the cue
-/// from the ambiguous word. Meaningful for the `context` task only.
-fn cue_attention(
-    model: &TokenEncoder,
-    batch: &Batch,
-    device: &Device,
-) -> Result<Vec<f64>, TrainError> {
-    let seq_len = batch.seq_len;
-    let n = batch.batch.min(64);
-    let mut sums: Vec<f64> = Vec::new();
-    for b in 0..n {
-        let tokens = batch.sequence(b);
-        let targets = &batch.targets[b * seq_len..(b + 1) * seq_len];
-        let Some(apple) = targets
-            .iter()
-            .position(|&t| t != crate::tasks::IGNORED as i64)
-        else {
-            continue;
-        };
-        // Cue words are the ids right after the ambiguous word (see tasks.rs).
-        let Some(cue) = tokens.iter().position(|&t| (1..=10).contains(&t)) else {
-            continue;
-        };
-        let maps = attention_maps(model, tokens, device)?;
-        sums.resize(maps.len(), 0.0);
-        for (layer, (n_heads, w)) in maps.iter().enumerate() {
-            let best = (0..*n_heads)
-                .map(|h| w[(h * seq_len + apple) * seq_len + cue])
-                .fold(0.0_f32, f32::max);
-            sums[layer] += f64::from(best);
-        }
-    }
-    Ok(sums.into_iter().map(|s| s / n.max(1) as f64).collect())
-}
-
-/// `loss.png`, `accuracy.png` and one heatmap per layer and head on the first held-out example.
-fn draw_plots(
-    out: &Path,
-    model: &TokenEncoder,
-    task: &TaskConfig,
-    eval_set: &[Batch],
-    log: &MetricsLog,
-    device: &Device,
-) -> Result<(), TrainError> {
-    plot::loss_curve(&out.join("loss.png"), log)?;
-    plot::accuracy_curve(&out.join("accuracy.png"), log)?;
-    let dir = out.join(ATTENTION_DIR);
-    std::fs::create_dir_all(&dir).map_err(|e| TrainError::io("creating", &dir, e))?;
-    let tokens = eval_set[0].sequence(0);
-    let names: Vec<String> = tokens.iter().map(|&t| task.token_name(t)).collect();
-    let seq_len = tokens.len();
-    for (layer, (n_heads, weights)) in attention_maps(model, tokens, device)?
-        .into_iter()
-        .enumerate()
-    {
-        for head in 0..n_heads {
-            let w = &weights[head * seq_len * seq_len..(head + 1) * seq_len * seq_len];
-            let title = format!("{}: layer {layer}, head {head}", task.kind);
-            plot::heatmap(
-                &dir.join(format!("layer{layer}-head{head}.png")),
-                &title,
-                w,
-                &names,
-            )?;
-        }
-    }
-    Ok(())
-}
-
-/// Removes what an earlier run left in `out` (only this crate's own files), so that a fresh run
-/// never mixes its checkpoints or metrics with another's.
-fn clear_previous_run(out: &Path) -> Result<(), TrainError> {
-    for dir in [checkpoint::CHECKPOINTS, ATTENTION_DIR] {
-        let path = out.join(dir);
-        if path.exists() {
-            std::fs::remove_dir_all(&path).map_err(|e| TrainError::io("removing", &path, e))?;
-        }
-    }
-    for file in [METRICS_FILE, "loss.png", "accuracy.png"] {
-        let path = out.join(file);
-        if path.exists() {
-            std::fs::remove_file(&path).map_err(|e| TrainError::io("removing", &path, e))?;
-        }
-    }
-    Ok(())
-}
-
-/// The progress bar, or plain lines at each evaluation when stderr is not a terminal.
-struct Progress {
-    bar: Option<ProgressBar>,
-    lines: bool,
-    total: usize,
-}
-
-impl Progress {
-    fn new(enabled: bool, start: usize, total: usize) -> Self {
-        let terminal = std::io::stderr().is_terminal();
-        let bar = (enabled && terminal).then(|| {
-            let bar = ProgressBar::new(total as u64);
-            let style = ProgressStyle::with_template(
-                "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-            bar.set_style(style);
-            bar.set_position(start as u64);
-            bar
-        });
-        Self {
-            bar,
-            lines: enabled && !terminal,
-            total,
-        }
-    }
-
-    fn step(&self, step: usize, loss: f64) {
-        if let Some(bar) = &self.bar {
-            bar.set_position(step as u64);
-            if step.is_multiple_of(10) {
-                let msg = bar.message();
-                let acc = msg.split_once(" | ").map_or("", |(_, acc)| acc).to_string();
-                bar.set_message(format!("loss {loss:.4} | {acc}"));
-            }
-        }
-    }
-
-    fn eval(&self, row: &MetricsRow) {
-        let acc = format!(
-            "held-out loss {:.4} token acc {:.1}% seq acc {:.1}%",
-            row.eval_loss,
-            100.0 * row.eval_token_accuracy,
-            100.0 * row.eval_sequence_accuracy
-        );
-        if let Some(bar) = &self.bar {
-            bar.set_message(format!("loss {:.4} | {acc}", row.train_loss));
-        } else if self.lines {
-            eprintln!(
-                "step {}/{} train loss {:.4} {acc} lr {:.2e} ({:.0}s)",
-                row.step, self.total, row.train_loss, row.lr, row.wall_seconds
-            );
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
@@ -597,6 +386,8 @@ mod tests {
 
     use super::*;
     use crate::config::PosName;
+    use crate::run_dir::{METRICS_FILE, read_config};
+    use crate::tasks::TaskConfig;
 
     /// burn's random generator is global per backend: training runs take turns.
     static TRAINING: Mutex<()> = Mutex::new(());
@@ -721,6 +512,42 @@ mod tests {
             for dir in [whole_dir, split_dir] {
                 std::fs::remove_dir_all(dir).expect("cleanup");
             }
+        });
+    }
+
+    #[test]
+    fn resuming_with_more_steps_stretches_the_schedule() {
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        for_each_device(|d| {
+            let mut config = tiny(d, TaskKind::Reverse, 8);
+            config.eval_every = 4;
+            config.checkpoint_every = 4;
+            let out = temp_out("stretch", d.name);
+            let first = RunOptions {
+                stop_at: Some(4),
+                ..quiet(Some(out.clone()))
+            };
+            run_on(&config, d.device.clone(), &first).expect("first half");
+
+            config.steps = 12;
+            let resume = RunOptions {
+                resume: true,
+                ..quiet(Some(out.clone()))
+            };
+            let resumed = run_on(&config, d.device.clone(), &resume).expect("stretched");
+            let mut scheduler = config.schedule().scheduler().expect("valid");
+            let lrs: Vec<f64> = (0..12).map(|_| scheduler.step()).collect();
+            let logged: Vec<(usize, f64)> = resumed
+                .history
+                .rows
+                .iter()
+                .map(|r| (r.step, r.lr))
+                .collect();
+            assert_eq!(logged.len(), 3, "{logged:?}");
+            for &(step, lr) in &logged[1..] {
+                assert_eq!(lr, lrs[step - 1], "step {step}: {logged:?}");
+            }
+            std::fs::remove_dir_all(out).expect("cleanup");
         });
     }
 
