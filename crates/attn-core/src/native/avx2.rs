@@ -40,7 +40,56 @@ fn store_tile(acc: [[f32x8; 2]; MR], c: &mut [f32], ldc: usize) {
     }
 }
 
+/// The arguments of one [`Kernels::accumulate_tile`], to run inside `vectorize`.
+struct AccumulateTile<'a> {
+    kernels: Avx2,
+    a: &'a [f32],
+    lda: usize,
+    b: &'a [f32],
+    c: &'a mut [f32],
+    ldc: usize,
+}
+
+impl pulp::NullaryFnOnce for AccumulateTile<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let AccumulateTile {
+            kernels,
+            a,
+            lda,
+            b,
+            c,
+            ldc,
+        } = self;
+        kernels.accumulate_tile_inlined(a, lda, b, c, ldc);
+    }
+}
+
 impl Avx2 {
+    /// `c += a · b` on one `[MR, NR]` tile, the body of [`Kernels::accumulate_tile`].
+    #[inline(always)]
+    fn accumulate_tile_inlined(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+        let s = self.0;
+        let k = b.len() / NR;
+        let mut acc = [[s.splat_f32x8(0.0); 2]; MR];
+        for (r, acc_row) in acc.iter_mut().enumerate() {
+            let c_row = &c[r * ldc..][..NR];
+            *acc_row = [load(c_row), load(&c_row[8..])];
+        }
+        let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
+        for (kk, b_row) in b.chunks_exact(NR).enumerate() {
+            let (b0, b1) = (load(b_row), load(&b_row[8..]));
+            for (acc_row, a_row) in acc.iter_mut().zip(&a_rows) {
+                let x = s.splat_f32x8(a_row[kk]);
+                acc_row[0] = s.mul_add_f32x8(x, b0, acc_row[0]);
+                acc_row[1] = s.mul_add_f32x8(x, b1, acc_row[1]);
+            }
+        }
+        store_tile(acc, c, ldc);
+    }
+
     /// `2^x` on eight lanes: [`exp2`] line for line.
     #[inline(always)]
     fn exp2_x8(self, x: f32x8) -> f32x8 {
@@ -71,6 +120,21 @@ impl Avx2 {
 }
 
 impl Kernels for Avx2 {
+    /// One `weights · v` tile as its own AVX2 + FMA function. Inlined into a pass with everything
+    /// else, its accumulators can be spilled to the stack, depending on what surrounds it (the
+    /// forward ran up to 2.7x slower at s = 512 when the pass's entry point changed shape).
+    #[inline(always)]
+    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+        self.0.vectorize(AccumulateTile {
+            kernels: self,
+            a,
+            lda,
+            b,
+            c,
+            ldc,
+        });
+    }
+
     /// One [`Gemm`] as its own AVX2 + FMA function: inlined into the backward pass's loop with
     /// everything else, LLVM schedules the micro-kernel worse (the pass ran 1.5x slower).
     #[inline(always)]
@@ -96,27 +160,6 @@ impl Kernels for Avx2 {
             let (b0, b1) = (load(b_row), load(&b_row[8..]));
             for (acc_row, &x) in acc.iter_mut().zip(a_step) {
                 let x = s.splat_f32x8(x);
-                acc_row[0] = s.mul_add_f32x8(x, b0, acc_row[0]);
-                acc_row[1] = s.mul_add_f32x8(x, b1, acc_row[1]);
-            }
-        }
-        store_tile(acc, c, ldc);
-    }
-
-    #[inline(always)]
-    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
-        let s = self.0;
-        let k = b.len() / NR;
-        let mut acc = [[s.splat_f32x8(0.0); 2]; MR];
-        for (r, acc_row) in acc.iter_mut().enumerate() {
-            let c_row = &c[r * ldc..][..NR];
-            *acc_row = [load(c_row), load(&c_row[8..])];
-        }
-        let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
-        for (kk, b_row) in b.chunks_exact(NR).enumerate() {
-            let (b0, b1) = (load(b_row), load(&b_row[8..]));
-            for (acc_row, a_row) in acc.iter_mut().zip(&a_rows) {
-                let x = s.splat_f32x8(a_row[kk]);
                 acc_row[0] = s.mul_add_f32x8(x, b0, acc_row[0]);
                 acc_row[1] = s.mul_add_f32x8(x, b1, acc_row[1]);
             }

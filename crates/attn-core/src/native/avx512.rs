@@ -31,7 +31,64 @@ fn store(out: &mut [f32], x: f32x16) {
     out[..16].copy_from_slice(&lanes);
 }
 
+/// The arguments of one [`Kernels::accumulate_tile`], to run inside `vectorize`.
+struct AccumulateTile<'a> {
+    kernels: Avx512,
+    a: &'a [f32],
+    lda: usize,
+    b: &'a [f32],
+    c: &'a mut [f32],
+    ldc: usize,
+}
+
+impl pulp::NullaryFnOnce for AccumulateTile<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let AccumulateTile {
+            kernels,
+            a,
+            lda,
+            b,
+            c,
+            ldc,
+        } = self;
+        kernels.accumulate_tile_inlined(a, lda, b, c, ldc);
+    }
+}
+
 impl Avx512 {
+    /// `c += a · b` on one `[MR, NR]` tile, the body of [`Kernels::accumulate_tile`].
+    #[inline(always)]
+    fn accumulate_tile_inlined(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+        let s = self.0;
+        let k = b.len() / NR;
+        let mut even = [s.splat_f32x16(0.0); MR];
+        for (r, acc) in even.iter_mut().enumerate() {
+            *acc = load(&c[r * ldc..][..NR]);
+        }
+        let mut odd = [s.splat_f32x16(0.0); MR];
+        let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
+        let pairs = k / 2;
+        for step in 0..pairs {
+            let kk = 2 * step;
+            let (b0, b1) = (load(&b[kk * NR..]), load(&b[(kk + 1) * NR..]));
+            for r in 0..MR {
+                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk]), b0, even[r]);
+                odd[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk + 1]), b1, odd[r]);
+            }
+        }
+        if k % 2 == 1 {
+            let kk = k - 1;
+            let b0 = load(&b[kk * NR..]);
+            for r in 0..MR {
+                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk]), b0, even[r]);
+            }
+        }
+        self.store_tile(even, odd, c, ldc);
+    }
+
     /// `2^x` on sixteen lanes: [`exp2`] line for line.
     #[inline(always)]
     fn exp2_x16(self, x: f32x16) -> f32x16 {
@@ -63,6 +120,21 @@ impl Avx512 {
 }
 
 impl Kernels for Avx512 {
+    /// One `weights · v` tile as its own AVX-512 function. Inlined into a pass with everything
+    /// else, its accumulators can be spilled to the stack, depending on what surrounds it (the
+    /// forward ran up to 2.7x slower at s = 512 when the pass's entry point changed shape).
+    #[inline(always)]
+    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+        self.0.vectorize(AccumulateTile {
+            kernels: self,
+            a,
+            lda,
+            b,
+            c,
+            ldc,
+        });
+    }
+
     /// One [`Gemm`] as its own AVX-512 function (see `Avx2::gemm`).
     #[inline(always)]
     fn gemm(self, product: Gemm<'_>) {
@@ -100,35 +172,6 @@ impl Kernels for Avx512 {
             let b0 = load(b_row);
             for r in 0..MR {
                 even[r] = s.mul_add_f32x16(s.splat_f32x16(a_step[r]), b0, even[r]);
-            }
-        }
-        self.store_tile(even, odd, c, ldc);
-    }
-
-    #[inline(always)]
-    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
-        let s = self.0;
-        let k = b.len() / NR;
-        let mut even = [s.splat_f32x16(0.0); MR];
-        for (r, acc) in even.iter_mut().enumerate() {
-            *acc = load(&c[r * ldc..][..NR]);
-        }
-        let mut odd = [s.splat_f32x16(0.0); MR];
-        let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
-        let pairs = k / 2;
-        for step in 0..pairs {
-            let kk = 2 * step;
-            let (b0, b1) = (load(&b[kk * NR..]), load(&b[(kk + 1) * NR..]));
-            for r in 0..MR {
-                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk]), b0, even[r]);
-                odd[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk + 1]), b1, odd[r]);
-            }
-        }
-        if k % 2 == 1 {
-            let kk = k - 1;
-            let b0 = load(&b[kk * NR..]);
-            for r in 0..MR {
-                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk]), b0, even[r]);
             }
         }
         self.store_tile(even, odd, c, ldc);
