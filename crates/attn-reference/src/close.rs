@@ -143,8 +143,7 @@ impl Closeness {
         }
         let actual = actual
             .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
+            .try_into_vec_as::<f32>()
             .expect("data converted to f32 reads back as f32");
         self.values(&actual, &expected.data)
     }
@@ -157,8 +156,7 @@ impl Closeness {
         }
         let expected = expected
             .into_data()
-            .convert::<f32>()
-            .to_vec::<f32>()
+            .try_into_vec_as::<f32>()
             .expect("data converted to f32 reads back as f32");
         let expected = RefTensor {
             shape: dims.to_vec(),

@@ -298,11 +298,11 @@ mod tests {
             assert_eq!(to_vec(t.tensor::<2>(&d.device)), [1.0, 0.0, 1.0, 3.0]);
             let mask = t.bool_tensor::<2>(&d.device).into_data();
             assert_eq!(
-                mask.to_vec::<bool>().expect("bools"),
+                mask.try_into_vec_as::<bool>().expect("bools"),
                 [true, false, true, true]
             );
-            let ids = t.int_tensor::<2>(&d.device).into_data().convert::<i64>();
-            assert_eq!(ids.to_vec::<i64>().expect("ints"), [1, 0, 1, 3]);
+            let ids = t.int_tensor::<2>(&d.device).into_data();
+            assert_eq!(ids.try_into_vec_as::<i64>().expect("ints"), [1, 0, 1, 3]);
             let err = t.try_tensor::<3>(&d.device).expect_err("rank 2");
             assert_eq!(
                 err.to_string(),
