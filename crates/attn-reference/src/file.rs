@@ -98,7 +98,9 @@ mod tests {
             "short.json",
             "{\"x\":\n {\"shape\": [2, 2], \"data\": [1, 2, 3]}}",
         );
-        let message = read::<BTreeMap<String, RefTensor>>(&path).expect_err("3 of 4 values").to_string();
+        let message = read::<BTreeMap<String, RefTensor>>(&path)
+            .expect_err("3 of 4 values")
+            .to_string();
         assert!(message.contains(&path.display().to_string()), "{message}");
         assert!(
             message.contains("shape [2, 2] needs 4 values, the tensor has 3"),
