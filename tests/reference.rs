@@ -106,3 +106,23 @@ fn a_folder_without_reference_files_is_an_error() {
     assert!(err.to_string().contains("sdpa.json"), "{err}");
     std::fs::remove_dir_all(empty).expect("cleanup");
 }
+
+#[test]
+fn a_malformed_file_is_an_error_naming_the_file_and_the_fault() {
+    let dir = temp_dir("malformed");
+    let file = serde_json::json!({
+        "sinusoidal": {"d_model": 4, "len": 2, "pe": {"shape": [2, 4], "data": [0.0, 1.0, 0.0]}},
+    });
+    std::fs::write(dir.join("positional.json"), file.to_string()).expect("write");
+    let err = check_dir(&dir, &devices()).expect_err("3 values for 8");
+    let message = format!("{err:#}");
+    assert!(
+        message.contains(&dir.join("positional.json").display().to_string()),
+        "{message}"
+    );
+    assert!(
+        message.contains("shape [2, 4] needs 8 values, the tensor has 3"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}

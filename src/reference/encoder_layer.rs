@@ -1,51 +1,28 @@
 //! `encoder_layer.json`: `torch.nn.TransformerEncoderLayer` (ReLU or GELU, post- or pre-norm,
 //! with key padding), parameters set from the PyTorch tensors, on every strategy.
 
-use anyhow::{Result, bail};
+use std::path::Path;
+
+use anyhow::Result;
 use attn_model::{
     Activation, EncoderBlockConfig, NormPlacement, TorchEncoderLayer, TorchLayerNorm,
 };
+use attn_reference::encoder_layer::Activation as RefActivation;
+use attn_reference::{Closeness, EncoderLayerCase, EncoderLayerFile, RefTensor, ReferenceFile};
 use burn::tensor::Device;
-use serde::Deserialize;
 
-use super::{
-    AttentionWeights, BoolRef, CaseReport, Cases, Comparison, RefTensor, STRATEGIES, torch_linear,
-};
-
-#[derive(Deserialize)]
-struct Case {
-    name: String,
-    d_model: usize,
-    n_heads: usize,
-    d_ff: usize,
-    activation: String,
-    norm_first: bool,
-    layer_norm_eps: f64,
-    #[serde(flatten)]
-    attention: AttentionWeights,
-    w_ff1: RefTensor,
-    b_ff1: RefTensor,
-    w_ff2: RefTensor,
-    b_ff2: RefTensor,
-    norm1_gamma: RefTensor,
-    norm1_beta: RefTensor,
-    norm2_gamma: RefTensor,
-    norm2_beta: RefTensor,
-    input: RefTensor,
-    key_padding_masked: BoolRef,
-    out: RefTensor,
-}
+use super::{CaseReport, STRATEGIES, torch_attention, torch_linear};
 
 fn layer_norm(gamma: &RefTensor, beta: &RefTensor, device: &Device) -> Result<TorchLayerNorm> {
     Ok(TorchLayerNorm {
-        weight: gamma.tensor(device)?,
-        bias: Some(beta.tensor(device)?),
+        weight: gamma.try_tensor(device)?,
+        bias: Some(beta.try_tensor(device)?),
     })
 }
 
-fn weights(case: &Case, device: &Device) -> Result<TorchEncoderLayer> {
+fn weights(case: &EncoderLayerCase, device: &Device) -> Result<TorchEncoderLayer> {
     Ok(TorchEncoderLayer {
-        self_attn: case.attention.torch(device)?,
+        self_attn: torch_attention(&case.self_attn, device)?,
         linear1: torch_linear(&case.w_ff1, &case.b_ff1, device)?,
         linear2: torch_linear(&case.w_ff2, &case.b_ff2, device)?,
         norm1: layer_norm(&case.norm1_gamma, &case.norm1_beta, device)?,
@@ -53,14 +30,13 @@ fn weights(case: &Case, device: &Device) -> Result<TorchEncoderLayer> {
     })
 }
 
-pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
-    let file: Cases<Case> = serde_json::from_str(text)?;
+pub(super) fn check(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
+    let file = EncoderLayerFile::read_from(dir)?;
     let mut reports = Vec::new();
     for case in &file.cases {
-        let activation = match case.activation.as_str() {
-            "relu" => Activation::Relu,
-            "gelu" => Activation::Gelu,
-            other => bail!("case {}: unknown activation {other:?}", case.name),
+        let activation = match case.activation {
+            RefActivation::Relu => Activation::Relu,
+            RefActivation::Gelu => Activation::Gelu,
         };
         let norm = if case.norm_first {
             NormPlacement::Pre
@@ -79,12 +55,18 @@ pub(super) fn check(text: &str, devices: &[(String, Device)]) -> Result<Vec<Case
                     .init(device)?
                     .load_pytorch(weights.clone())?;
                 let out = block.try_forward(
-                    case.input.tensor(device)?,
-                    Some(case.key_padding_masked.tensor(device)),
+                    case.input.try_tensor(device)?,
+                    Some(case.key_padding_masked.try_bool_tensor(device)?),
                 )?;
-                let mut c = Comparison::default();
-                c.add(out, &case.out)?;
-                reports.push(c.report("encoder_layer.json", &case.name, backend, strategy.name()));
+                let mut c = Closeness::default();
+                c.tensor(out, &case.out);
+                reports.push(CaseReport::new(
+                    EncoderLayerFile::PATH,
+                    &case.name,
+                    backend,
+                    strategy.name(),
+                    &c,
+                ));
             }
         }
     }

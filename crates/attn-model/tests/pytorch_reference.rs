@@ -9,87 +9,26 @@ use attn_model::{
     NormPlacement, StateDict, TorchEncoderLayer, TorchLayerNorm, TorchLinear,
     TorchMultiheadAttention,
 };
+use attn_testing::reference::encoder_layer::Activation as RefActivation;
 use attn_testing::{
-    ATOL, RTOL, RefTensor, TestDevice, assert_close, data_dir, for_each_device, load_reference,
+    ATOL, AttentionWeights, EncoderLayerCase, EncoderLayerFile, MhaFile, RTOL, RefTensor,
+    TestDevice, assert_close, data_dir, for_each_device, reference_file,
 };
-use burn::tensor::{Bool, Device, Tensor, TensorData};
-use serde::Deserialize;
-
-/// A boolean reference tensor (`true` = masked).
-#[derive(Deserialize)]
-struct BoolRef {
-    shape: Vec<usize>,
-    data: Vec<bool>,
-}
-
-impl BoolRef {
-    fn tensor(&self, device: &Device) -> Tensor<2, Bool> {
-        Tensor::from_data(
-            TensorData::new(self.data.clone(), self.shape.clone()),
-            device,
-        )
-    }
-}
-
-#[derive(Deserialize)]
-struct MhaCase {
-    name: String,
-    d_model: usize,
-    n_heads: usize,
-    w_q: RefTensor,
-    b_q: RefTensor,
-    w_k: RefTensor,
-    b_k: RefTensor,
-    w_v: RefTensor,
-    b_v: RefTensor,
-    w_o: RefTensor,
-    b_o: RefTensor,
-    query: RefTensor,
-    context: RefTensor,
-    key_padding_masked: BoolRef,
-    out: RefTensor,
-    weights_per_head: RefTensor,
-}
-
-#[derive(Deserialize)]
-struct EncoderCase {
-    name: String,
-    d_model: usize,
-    n_heads: usize,
-    d_ff: usize,
-    activation: String,
-    norm_first: bool,
-    layer_norm_eps: f64,
-    w_q: RefTensor,
-    b_q: RefTensor,
-    w_k: RefTensor,
-    b_k: RefTensor,
-    w_v: RefTensor,
-    b_v: RefTensor,
-    w_o: RefTensor,
-    b_o: RefTensor,
-    w_ff1: RefTensor,
-    b_ff1: RefTensor,
-    w_ff2: RefTensor,
-    b_ff2: RefTensor,
-    norm1_gamma: RefTensor,
-    norm1_beta: RefTensor,
-    norm2_gamma: RefTensor,
-    norm2_beta: RefTensor,
-    input: RefTensor,
-    key_padding_masked: BoolRef,
-    out: RefTensor,
-}
-
-#[derive(Deserialize)]
-struct Cases<T> {
-    cases: Vec<T>,
-}
+use burn::tensor::Device;
 
 fn linear(weight: &RefTensor, bias: &RefTensor, device: &Device) -> TorchLinear {
     TorchLinear {
         weight: weight.tensor(device),
         bias: Some(bias.tensor(device)),
+    }
+}
+
+fn attention(w: &AttentionWeights, device: &Device) -> TorchMultiheadAttention {
+    TorchMultiheadAttention {
+        q: linear(&w.w_q, &w.b_q, device),
+        k: linear(&w.w_k, &w.b_k, device),
+        v: linear(&w.w_v, &w.b_v, device),
+        out_proj: linear(&w.w_o, &w.b_o, device),
     }
 }
 
@@ -102,29 +41,24 @@ fn layer_norm(gamma: &RefTensor, beta: &RefTensor, device: &Device) -> TorchLaye
 
 #[test]
 fn multi_head_attention_matches_pytorch_outputs_and_per_head_weights() {
-    let file: Cases<MhaCase> = load_reference("mha.json");
+    let file: MhaFile = reference_file();
     assert_eq!(file.cases.len(), 2, "self- and cross-attention");
     for_each_device(|d| {
         for case in &file.cases {
             let device = &d.device;
-            let weights = TorchMultiheadAttention {
-                q: linear(&case.w_q, &case.b_q, device),
-                k: linear(&case.w_k, &case.b_k, device),
-                v: linear(&case.w_v, &case.b_v, device),
-                out_proj: linear(&case.w_o, &case.b_o, device),
-            };
+            let weights = attention(&case.attention, device);
             let mha = MultiHeadAttentionConfig::new(case.d_model, case.n_heads)
                 .init(device)
                 .expect("valid config")
                 .load_pytorch(weights)
                 .expect("shapes fit");
             let query = case.query.tensor::<3>(device);
-            let input = if case.name == "self_attention" {
+            let input = if case.is_self_attention() {
                 MhaInput::self_attention(query)
             } else {
                 MhaInput::cross_attention(query, case.context.tensor(device))
             };
-            let padding = case.key_padding_masked.tensor(device);
+            let padding = case.key_padding_masked.bool_tensor(device);
             let out = mha.forward(
                 input
                     .with_padding(padding)
@@ -140,7 +74,9 @@ fn multi_head_attention_matches_pytorch_outputs_and_per_head_weights() {
             );
             assert_close(
                 out.weights.expect("asked for weights"),
-                &case.weights_per_head,
+                case.weights_per_head
+                    .as_ref()
+                    .expect("every case has weights"),
                 ATOL,
                 RTOL,
                 &format!("{what}: weights"),
@@ -149,11 +85,10 @@ fn multi_head_attention_matches_pytorch_outputs_and_per_head_weights() {
     });
 }
 
-fn block_config(case: &EncoderCase) -> EncoderBlockConfig {
-    let activation = match case.activation.as_str() {
-        "relu" => Activation::Relu,
-        "gelu" => Activation::Gelu,
-        other => panic!("unknown activation {other}"),
+fn block_config(case: &EncoderLayerCase) -> EncoderBlockConfig {
+    let activation = match case.activation {
+        RefActivation::Relu => Activation::Relu,
+        RefActivation::Gelu => Activation::Gelu,
     };
     let norm = if case.norm_first {
         NormPlacement::Pre
@@ -167,9 +102,9 @@ fn block_config(case: &EncoderCase) -> EncoderBlockConfig {
         .with_layer_norm_eps(case.layer_norm_eps)
 }
 
-fn check_block(block: &EncoderBlock, case: &EncoderCase, d: &TestDevice, source: &str) {
+fn check_block(block: &EncoderBlock, case: &EncoderLayerCase, d: &TestDevice, source: &str) {
     let x = case.input.tensor::<3>(&d.device);
-    let padding = case.key_padding_masked.tensor(&d.device);
+    let padding = case.key_padding_masked.bool_tensor(&d.device);
     let out = block.forward(x, Some(padding));
     let what = format!("{} from {source} on {}", case.name, d.name);
     assert_close(out, &case.out, ATOL, RTOL, &what);
@@ -177,18 +112,13 @@ fn check_block(block: &EncoderBlock, case: &EncoderCase, d: &TestDevice, source:
 
 #[test]
 fn encoder_blocks_match_pytorch_from_json_weights() {
-    let file: Cases<EncoderCase> = load_reference("encoder_layer.json");
+    let file: EncoderLayerFile = reference_file();
     assert_eq!(file.cases.len(), 4, "relu/gelu x post/pre norm");
     for_each_device(|d| {
         for case in &file.cases {
             let device = &d.device;
             let weights = TorchEncoderLayer {
-                self_attn: TorchMultiheadAttention {
-                    q: linear(&case.w_q, &case.b_q, device),
-                    k: linear(&case.w_k, &case.b_k, device),
-                    v: linear(&case.w_v, &case.b_v, device),
-                    out_proj: linear(&case.w_o, &case.b_o, device),
-                },
+                self_attn: attention(&case.self_attn, device),
                 linear1: linear(&case.w_ff1, &case.b_ff1, device),
                 linear2: linear(&case.w_ff2, &case.b_ff2, device),
                 norm1: layer_norm(&case.norm1_gamma, &case.norm1_beta, device),
@@ -206,10 +136,10 @@ fn encoder_blocks_match_pytorch_from_json_weights() {
 
 #[test]
 fn encoder_blocks_match_pytorch_from_safetensors_state_dicts() {
-    let file: Cases<EncoderCase> = load_reference("encoder_layer.json");
+    let file: EncoderLayerFile = reference_file();
     for_each_device(|d| {
         for case in &file.cases {
-            let path = data_dir().join(format!("encoder_layer_{}.safetensors", case.name));
+            let path = data_dir().join(case.safetensors_file());
             let dict = StateDict::from_safetensors_file(&path).expect("valid safetensors");
             let block = block_config(case)
                 .init(&d.device)
@@ -225,14 +155,13 @@ fn encoder_blocks_match_pytorch_from_safetensors_state_dicts() {
 fn a_state_dict_loads_into_every_layer_of_an_encoder_under_its_prefix() {
     // nn.TransformerEncoder names its layers `layers.{i}.`: build such a dict from two
     // reference layers and check each block reproduces its own PyTorch output.
-    let file: Cases<EncoderCase> = load_reference("encoder_layer.json");
+    let file: EncoderLayerFile = reference_file();
     let device = Device::flex();
     let cases = [&file.cases[0], &file.cases[2]];
     let mut raw: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let bytes =
-            std::fs::read(data_dir().join(format!("encoder_layer_{}.safetensors", case.name)))
-                .expect("reference file");
+            std::fs::read(data_dir().join(case.safetensors_file())).expect("reference file");
         let st = safetensors::SafeTensors::deserialize(&bytes).expect("valid");
         for (name, view) in st.iter() {
             raw.push((
@@ -270,7 +199,7 @@ fn a_state_dict_loads_into_every_layer_of_an_encoder_under_its_prefix() {
             .expect("layer present")
     };
     let x = cases[0].input.tensor::<3>(&device);
-    let padding = cases[0].key_padding_masked.tensor(&device);
+    let padding = cases[0].key_padding_masked.bool_tensor(&device);
     let by_hand = layer("layers.1.").forward(
         layer("layers.0.").forward(x.clone(), Some(padding.clone())),
         Some(padding.clone()),

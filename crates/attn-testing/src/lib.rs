@@ -1,5 +1,6 @@
 //! Test support shared by the workspace: the compiled-in devices every test body runs on,
-//! the PyTorch reference vectors, and a closeness check that reports the largest difference.
+//! the reference vectors and their closeness checks (from `attn_reference`, re-exported here
+//! with assertions that print the largest difference), and a seeded generator of random inputs.
 //!
 //! This crate is a dev-dependency only. It turns on every burn backend so that one test
 //! binary covers flex, ndarray and wgpu; `ATTN_TEST_DEVICES=flex,ndarray` narrows the list.
@@ -8,12 +9,15 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use burn::tensor::{Bool, Device, Tensor, TensorData};
-use serde::Deserialize;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::de::DeserializeOwned;
 
-/// Absolute tolerance used against the float32 reference vectors.
-pub const ATOL: f32 = 1e-5;
-/// Relative tolerance used against the float32 reference vectors.
-pub const RTOL: f32 = 1e-4;
+pub use attn_reference::{
+    self as reference, ATOL, AttentionWeights, Closeness, EncoderLayerCase, EncoderLayerFile,
+    MhaCase, MhaFile, PositionalFile, RTOL, RefTensor, ReferenceFile, SdpaCase, SdpaFile,
+    Tolerance,
+};
 
 /// One backend compiled into the test binary.
 #[derive(Clone, Debug)]
@@ -96,47 +100,41 @@ pub fn for_each_device(mut body: impl FnMut(&TestDevice)) {
     }
 }
 
-/// The largest absolute difference between two slices and where it is.
+/// The largest absolute difference between two slices and where it is (NaN counts as
+/// infinite).
+///
+/// # Panics
+///
+/// Panics when the lengths differ.
 pub fn max_abs_diff(actual: &[f32], expected: &[f32]) -> (f32, usize) {
     assert_eq!(actual.len(), expected.len(), "lengths differ");
-    actual
-        .iter()
-        .zip(expected)
-        .enumerate()
-        .map(|(i, (a, e))| {
-            let d = (a - e).abs();
-            (if d.is_nan() { f32::INFINITY } else { d }, i)
-        })
-        .fold((0.0, 0), |best, x| if x.0 > best.0 { x } else { best })
+    let mut closeness = Closeness::default();
+    closeness.values(actual, expected);
+    let index = closeness.worst().map_or(0, |w| w.index);
+    (closeness.max_abs_err(), index)
 }
 
-/// Whether every element satisfies `|a - e| <= atol + rtol * |e|` (NaN never does).
+/// Whether every element satisfies `|a - e| <= atol + rtol * |e|` (NaN never does) and the
+/// lengths agree.
 pub fn all_close(actual: &[f32], expected: &[f32], atol: f32, rtol: f32) -> bool {
-    actual.len() == expected.len()
-        && actual
-            .iter()
-            .zip(expected)
-            .all(|(a, e)| (a - e).abs() <= atol + rtol * e.abs())
+    Closeness::new(Tolerance::new(atol, rtol))
+        .values(actual, expected)
+        .is_within()
+}
+
+/// Panics with `what` and the largest difference unless `closeness` passed.
+#[track_caller]
+fn assert_within(closeness: &Closeness, what: &str) {
+    assert!(closeness.is_within(), "{what}: {closeness}");
 }
 
 /// Asserts two slices agree within `atol + rtol * |expected|`, printing the largest difference.
 #[track_caller]
 pub fn assert_close_slices(actual: &[f32], expected: &[f32], atol: f32, rtol: f32, what: &str) {
-    assert_eq!(
-        actual.len(),
-        expected.len(),
-        "{what}: {} values, expected {}",
-        actual.len(),
-        expected.len()
+    assert_within(
+        Closeness::new(Tolerance::new(atol, rtol)).values(actual, expected),
+        what,
     );
-    if !all_close(actual, expected, atol, rtol) {
-        let (d, i) = max_abs_diff(actual, expected);
-        panic!(
-            "{what}: largest difference {d:e} at flat index {i} (got {}, expected {}); \
-             tolerance {atol:e} + {rtol:e} * |expected|",
-            actual[i], expected[i]
-        );
-    }
 }
 
 /// Asserts a tensor equals `expected` (shape and values) within the given tolerance.
@@ -148,17 +146,13 @@ pub fn assert_close<const D: usize>(
     rtol: f32,
     what: &str,
 ) {
-    assert_eq!(
-        actual.dims().to_vec(),
-        expected.shape,
-        "{what}: shape {:?}, expected {:?}",
-        actual.dims(),
-        expected.shape
+    assert_within(
+        Closeness::new(Tolerance::new(atol, rtol)).tensor(actual, expected),
+        what,
     );
-    assert_close_slices(&to_vec(actual), &expected.data, atol, rtol, what);
 }
 
-/// Asserts two tensors agree within the given tolerance.
+/// Asserts two tensors agree (shape and values) within the given tolerance.
 #[track_caller]
 pub fn assert_tensors_close<const D: usize>(
     actual: Tensor<D>,
@@ -167,8 +161,10 @@ pub fn assert_tensors_close<const D: usize>(
     rtol: f32,
     what: &str,
 ) {
-    assert_eq!(actual.dims(), expected.dims(), "{what}: shapes differ");
-    assert_close_slices(&to_vec(actual), &to_vec(expected), atol, rtol, what);
+    assert_within(
+        Closeness::new(Tolerance::new(atol, rtol)).tensors(actual, expected),
+        what,
+    );
 }
 
 /// Reads a float tensor back as a flat `Vec<f32>`.
@@ -179,110 +175,77 @@ pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f32> {
         .expect("float tensor converts to f32")
 }
 
-/// A tensor as the reference files store it: shape and row-major float32 data.
-#[derive(Clone, Debug, Deserialize)]
-pub struct RefTensor {
-    /// Dimensions, outermost first.
-    pub shape: Vec<usize>,
-    /// Values in row-major order (booleans in mask tensors read as 1 and 0).
-    #[serde(deserialize_with = "numbers_or_booleans")]
-    pub data: Vec<f32>,
-}
-
-impl RefTensor {
-    /// The tensor on `device`.
-    ///
-    /// # Panics
-    ///
-    /// Panics when the rank is not `D` or the data does not fill the shape.
-    pub fn tensor<const D: usize>(&self, device: &Device) -> Tensor<D> {
-        self.check_rank(D);
-        Tensor::from_data(
-            TensorData::new(self.data.clone(), self.shape.clone()),
-            device,
-        )
-    }
-
-    /// The tensor as booleans (`value != 0`) on `device`.
-    pub fn bool_tensor<const D: usize>(&self, device: &Device) -> Tensor<D, Bool> {
-        self.check_rank(D);
-        let data: Vec<bool> = self.data.iter().map(|&x| x != 0.0).collect();
-        Tensor::from_data(TensorData::new(data, self.shape.clone()), device)
-    }
-
-    fn check_rank(&self, rank: usize) {
-        assert_eq!(
-            self.shape.len(),
-            rank,
-            "reference tensor rank {:?}",
-            self.shape
-        );
-        assert_eq!(
-            self.shape.iter().product::<usize>(),
-            self.data.len(),
-            "reference tensor shape {:?} holds {} values",
-            self.shape,
-            self.data.len()
-        );
-    }
-}
-
 /// The folder that holds the reference files copied into the repository.
 pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data")
 }
 
-/// Parses one reference file from [`data_dir`].
+/// Parses one reference file from [`data_dir`] with the layout `T`.
 ///
 /// # Panics
 ///
-/// Panics with the path when the file is missing or malformed.
-pub fn load_reference<T: for<'de> Deserialize<'de>>(file: &str) -> T {
-    let path = data_dir().join(file);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("cannot parse {}: {e}", path.display()))
+/// Panics with the path and what is wrong when the file is missing or malformed.
+pub fn load_reference<T: DeserializeOwned>(file: &str) -> T {
+    attn_reference::read(&data_dir().join(file)).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A small seeded generator (SplitMix64) for property tests: no extra dependency, and the same
-/// numbers on every platform.
+/// Reads one of the known reference files from [`data_dir`]:
+/// `let sdpa: SdpaFile = reference_file();`.
+///
+/// # Panics
+///
+/// Panics with the path and what is wrong when the file is missing or malformed.
+pub fn reference_file<F: ReferenceFile>() -> F {
+    F::read_from(&data_dir()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A seeded generator for property tests: ChaCha8 from the `rand` family, the same numbers on
+/// every platform, with helpers that make random tensors.
 #[derive(Clone, Debug)]
-pub struct SeededRng(u64);
+pub struct SeededRng(ChaCha8Rng);
 
 impl SeededRng {
     /// A generator from a seed.
     pub fn new(seed: u64) -> Self {
-        Self(seed)
+        Self(ChaCha8Rng::seed_from_u64(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.random()
     }
 
     /// A uniform integer in `lo..=hi`.
+    ///
+    /// # Panics
+    ///
+    /// Panics when `lo > hi`.
     pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+        self.0.random_range(lo..=hi)
     }
 
     /// A uniform float in `[-1, 1)`.
     pub fn unit(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        self.0.random_range(-1.0..1.0)
     }
 
     /// A coin that comes up true with probability `p`.
+    ///
+    /// # Panics
+    ///
+    /// Panics when `p` is outside `[0, 1]`.
     pub fn bernoulli(&mut self, p: f64) -> bool {
-        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+        self.0.random_bool(p)
+    }
+
+    /// `n` uniform values in `[-1, 1)`.
+    pub fn values(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.unit()).collect()
     }
 
     /// A tensor of uniform values in `[-1, 1)` on `device`.
     pub fn tensor<const D: usize>(&mut self, shape: [usize; D], device: &Device) -> Tensor<D> {
-        let n = shape.iter().product();
-        let data: Vec<f32> = (0..n).map(|_| self.unit()).collect();
+        let data = self.values(shape.iter().product());
         Tensor::from_data(TensorData::new(data, shape.to_vec()), device)
     }
 
@@ -299,20 +262,97 @@ impl SeededRng {
     }
 }
 
-/// Reads a JSON array whose elements are numbers or booleans (masks) as `f32`.
-fn numbers_or_booleans<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Value {
-        Number(f32),
-        Bool(bool),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_fixes_the_numbers_and_two_seeds_differ() {
+        let draw = |seed| {
+            let mut rng = SeededRng::new(seed);
+            (0..8).map(|_| rng.next_u64()).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
     }
-    let values = Vec::<Value>::deserialize(d)?;
-    Ok(values
-        .into_iter()
-        .map(|v| match v {
-            Value::Number(x) => x,
-            Value::Bool(b) => f32::from(u8::from(b)),
-        })
-        .collect())
+
+    #[test]
+    fn draws_stay_in_their_ranges_and_reach_both_ends() {
+        let mut rng = SeededRng::new(3);
+        let ints: Vec<usize> = (0..400).map(|_| rng.range(2, 5)).collect();
+        assert!(ints.iter().all(|i| (2..=5).contains(i)));
+        assert!(ints.contains(&2) && ints.contains(&5));
+        let floats = rng.values(1000);
+        assert!(floats.iter().all(|x| (-1.0..1.0).contains(x)));
+        assert!(floats.iter().any(|&x| x < -0.9) && floats.iter().any(|&x| x > 0.9));
+        let heads = (0..1000).filter(|_| rng.bernoulli(0.3)).count();
+        assert!((200..400).contains(&heads), "{heads} of 1000 at p = 0.3");
+        assert!(!(0..100).any(|_| rng.bernoulli(0.0)));
+    }
+
+    #[test]
+    fn reference_tensors_build_on_every_device() {
+        let t: RefTensor = serde_json::from_str(r#"{"shape": [2, 2], "data": [1, 0, true, 3]}"#)
+            .expect("valid tensor");
+        for_each_device(|d| {
+            assert_eq!(to_vec(t.tensor::<2>(&d.device)), [1.0, 0.0, 1.0, 3.0]);
+            let mask = t.bool_tensor::<2>(&d.device).into_data();
+            assert_eq!(
+                mask.try_into_vec_as::<bool>().expect("bools"),
+                [true, false, true, true]
+            );
+            let ids = t.int_tensor::<2>(&d.device).into_data();
+            assert_eq!(ids.try_into_vec_as::<i64>().expect("ints"), [1, 0, 1, 3]);
+            let err = t.try_tensor::<3>(&d.device).expect_err("rank 2");
+            assert_eq!(
+                err.to_string(),
+                "expected a rank-3 tensor, got shape [2, 2]"
+            );
+            let half = RefTensor::new(vec![2], vec![1.0, 0.5]).expect("fills its shape");
+            let err = half
+                .try_int_tensor::<1>(&d.device)
+                .expect_err("0.5 is no id");
+            assert_eq!(
+                err.to_string(),
+                "value 0.5 at flat index 1 is not an integer"
+            );
+        });
+    }
+
+    #[test]
+    fn a_tensor_of_another_shape_is_not_close() {
+        let expected = RefTensor::new(vec![2, 3], vec![0.0; 6]).expect("fills its shape");
+        for_each_device(|d| {
+            let mut c = Closeness::default();
+            c.tensor(Tensor::<2>::zeros([3, 2], &d.device), &expected);
+            assert!(!c.is_within());
+            assert_eq!(c.to_string(), "shape [3, 2], expected [2, 3]");
+            let mut c = Closeness::default();
+            c.tensor(Tensor::<2>::zeros([2, 3], &d.device), &expected);
+            assert!(c.is_within(), "{c}");
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "spoiled: largest difference 1e-3 at flat index 2")]
+    fn assertions_name_the_largest_difference() {
+        assert_close_slices(&[0.0, 0.0, 1e-3], &[0.0; 3], ATOL, RTOL, "spoiled");
+    }
+
+    #[test]
+    fn every_known_reference_file_reads_from_the_data_folder() {
+        let sdpa: SdpaFile = reference_file();
+        assert_eq!(sdpa.cases.len(), 8);
+        let mha: MhaFile = reference_file();
+        assert!(mha.cases.iter().any(MhaCase::is_self_attention));
+        let encoder: EncoderLayerFile = reference_file();
+        assert!(
+            encoder
+                .cases
+                .iter()
+                .all(|c| c.self_attn.d_context() == Some(c.d_model))
+        );
+        let positional: PositionalFile = reference_file();
+        assert!(positional.sinusoidal.is_some() && positional.rope.is_some());
+    }
 }

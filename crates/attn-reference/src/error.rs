@@ -1,0 +1,53 @@
+//! The error every fallible function of this crate returns: a file that cannot be read or does
+//! not follow the format, and a tensor asked for with the wrong rank or kind.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Why a reference file or one of its tensors cannot be used.
+#[derive(Debug, Error)]
+pub enum ReferenceError {
+    /// The file is missing or unreadable.
+    #[error("cannot read reference file {}: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the file system said (part of the message, so not repeated as a source).
+        error: std::io::Error,
+    },
+    /// The file is not JSON, or lacks a field, or a value does not fit its field.
+    #[error("reference file {} does not follow the format: {error}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the line and column (part of the message).
+        error: serde_json::Error,
+    },
+    /// A tensor whose shape and data disagree.
+    #[error("shape {shape:?} needs {needed} values, the tensor has {len}")]
+    Size {
+        /// The stored shape.
+        shape: Vec<usize>,
+        /// The product of the shape.
+        needed: usize,
+        /// The number of values stored.
+        len: usize,
+    },
+    /// A tensor asked for with another rank than it has.
+    #[error("expected a rank-{rank} tensor, got shape {shape:?}")]
+    Rank {
+        /// The rank asked for.
+        rank: usize,
+        /// The stored shape.
+        shape: Vec<usize>,
+    },
+    /// A value of a tensor read as integers (token ids, masks) that is not a whole number.
+    #[error("value {value} at flat index {index} is not an integer")]
+    NotInteger {
+        /// Where the value is, in row-major order.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
+}
