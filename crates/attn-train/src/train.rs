@@ -739,6 +739,166 @@ mod tests {
         });
     }
 
+    /// Usually a value from `valid`, now and then one of the `edges` (which may be refused).
+    fn mostly<T: Clone + std::fmt::Debug + 'static>(
+        valid: impl proptest::strategy::Strategy<Value = T> + 'static,
+        edges: Vec<T>,
+    ) -> proptest::strategy::BoxedStrategy<T> {
+        use proptest::prelude::*;
+        prop_oneof![24 => valid, 1 => proptest::sample::select(edges)].boxed()
+    }
+
+    /// Any configuration over tiny sizes: each setting usually one that works, now and then
+    /// one at or past the edge of what works, so that some are accepted and some refused.
+    fn any_config() -> impl proptest::strategy::Strategy<Value = TrainConfig> {
+        use proptest::prelude::*;
+        use proptest::sample::select;
+
+        use crate::config::{Act, Norm};
+        use crate::schedule::Decay;
+
+        let task = (
+            0..4usize,
+            mostly(2..7usize, vec![0, 1]),
+            mostly(2..6usize, vec![0, 1, 3_000_000_000]),
+            mostly(1..3usize, vec![0, 6]),
+        );
+        let model = (
+            mostly(1..4usize, vec![0]),
+            1..3usize,
+            mostly(Just(None), vec![Some(0), Some(5), Some(7)]),
+            mostly(1..3usize, vec![0]),
+            mostly(1..13usize, vec![0]),
+            mostly(select(vec![0.0, 0.1, 0.5]), vec![-0.1, 1.0, 1.5, f64::NAN]),
+            0..5usize,
+            mostly(Just(1usize), vec![0]),
+            any::<(bool, bool, bool, bool)>(),
+        );
+        let optim = (
+            mostly(select(vec![1e-3, 1e-2]), vec![-1.0, 0.0, f64::NAN, f64::INFINITY]),
+            mostly(select(vec![0.0f32, 0.9]), vec![-0.1, 1.0, 1.5, f32::NAN]),
+            mostly(select(vec![0.5f32, 0.98]), vec![-0.1, 1.0]),
+            mostly(select(vec![1e-9f32, 1e-6]), vec![-1.0, 0.0, f32::NAN, f32::INFINITY]),
+            mostly(
+                select(vec![None, Some(1.0f32), Some(0.5)]),
+                vec![Some(-1.0), Some(0.0), Some(f32::NAN)],
+            ),
+            mostly(select(vec![0.0, 0.01]), vec![-1.0, f64::NAN]),
+            mostly(select(vec![0.0, 0.5, 1.0]), vec![-0.5, 1.5]),
+            (0..3usize, 0..3usize, any::<bool>()),
+        );
+        let run = (
+            mostly(1..3usize, vec![0]),
+            mostly(1..4usize, vec![0]),
+            mostly(1..4usize, vec![0]),
+            mostly(1..3usize, vec![0]),
+            0..3usize,
+            mostly(select(vec![0.0, 60.0]), vec![-1.0, f64::NAN]),
+        );
+        (task, model, optim, run).prop_map(|(task, model, optim, run)| {
+            let mut c = TrainConfig::default();
+            let (kind, seq_len, vocab, min_distance) = task;
+            c.task = TaskConfig {
+                kind: [
+                    TaskKind::Copy,
+                    TaskKind::Reverse,
+                    TaskKind::Sort,
+                    TaskKind::Context,
+                ][kind],
+                seq_len,
+                vocab,
+                min_distance,
+            };
+            let (n_heads, half_d_head, d_model, n_layers, d_ff, dropout, pos, table, flags) = model;
+            let (post, gelu, final_norm, scale_embedding) = flags;
+            // Heads of an even width (rotary needs one), unless the edge gives another width.
+            c.model.d_model = d_model.unwrap_or(n_heads * 2 * half_d_head);
+            c.model.n_heads = n_heads;
+            c.model.n_layers = n_layers;
+            c.model.d_ff = d_ff;
+            c.model.dropout = dropout;
+            let pos = [
+                PosName::None,
+                PosName::Sinusoidal,
+                PosName::Learned,
+                PosName::Rope,
+                PosName::Alibi,
+            ][pos];
+            // A learned table as long as the sequences, or (at the edge) one too short.
+            c.model.pos = pos.scheme((seq_len + table).saturating_sub(1));
+            c.model.norm = if post { Norm::Post } else { Norm::Pre };
+            c.model.activation = if gelu { Act::Gelu } else { Act::Relu };
+            c.model.final_norm = final_norm;
+            c.model.scale_embedding = scale_embedding;
+            let (lr, beta_1, beta_2, epsilon, grad_clip, weight_decay, final_fraction, rest) =
+                optim;
+            let (warmup, decay, adamw) = rest;
+            c.optim.lr = lr;
+            c.optim.beta_1 = beta_1;
+            c.optim.beta_2 = beta_2;
+            c.optim.epsilon = epsilon;
+            c.optim.grad_clip = grad_clip;
+            c.optim.weight_decay = weight_decay;
+            c.optim.final_fraction = final_fraction;
+            c.optim.warmup_steps = warmup;
+            c.optim.decay = [Decay::Constant, Decay::Linear, Decay::Cosine][decay];
+            c.optim.kind = if adamw {
+                OptimizerKind::Adamw
+            } else {
+                OptimizerKind::Adam
+            };
+            let (steps, batch_size, eval_sequences, eval_every, checkpoint_every, seconds) = run;
+            c.steps = steps;
+            c.batch_size = batch_size;
+            c.eval_sequences = eval_sequences;
+            c.eval_every = eval_every;
+            c.checkpoint_every = checkpoint_every;
+            c.checkpoint_seconds = seconds;
+            c
+        })
+    }
+
+    #[test]
+    fn validation_never_panics_and_what_it_accepts_trains_a_step() {
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        let config = Config {
+            cases: 16,
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+        let mut runner = TestRunner::new_with_rng(config, rng);
+        let (accepted, refused) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        runner
+            .run(&any_config(), |mut config| {
+                let valid = config.validate();
+                refused.set(refused.get() + usize::from(valid.is_err()));
+                if valid.is_ok() {
+                    accepted.set(accepted.get() + 1);
+                    for_each_device(|d| {
+                        config.device = d.name.to_string();
+                        let options = RunOptions {
+                            stop_at: Some(1),
+                            ..quiet(None)
+                        };
+                        let summary = run_on(&config, d.device.clone(), &options)
+                            .unwrap_or_else(|e| panic!("{config:?}: {e}"));
+                        assert_eq!(summary.steps, 1);
+                    });
+                }
+                Ok(())
+            })
+            .expect("no configuration panics");
+        // Both halves of the property have cases.
+        let (accepted, refused) = (accepted.get(), refused.get());
+        assert!(
+            accepted > 0 && refused > 0,
+            "{accepted} accepted, {refused} refused"
+        );
+    }
+
     #[test]
     fn run_writes_metrics_config_plots_and_heatmaps() {
         let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
