@@ -252,7 +252,7 @@ pub struct Overrides {
     #[arg(long)]
     pub d_ff: Option<usize>,
     /// Dropout probability while training [default: 0]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub dropout: Option<f64>,
     /// Positional scheme [default: learned]
     #[arg(long, value_enum)]
@@ -272,7 +272,7 @@ pub struct Overrides {
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerKind>,
     /// Peak learning rate [default: 0.003]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// Warm-up updates [default: 100]
     #[arg(long)]
@@ -281,11 +281,11 @@ pub struct Overrides {
     #[arg(long, value_enum)]
     pub decay: Option<Decay>,
     /// Weight decay (AdamW: decoupled; Adam: added to the gradient) [default: 0]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub weight_decay: Option<f64>,
     /// Largest global gradient norm; 0 turns clipping off, negative or NaN is refused
     /// [default: 1]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub grad_clip: Option<f32>,
     /// Evaluate every this many steps [default: 250]
     #[arg(long)]
@@ -298,7 +298,7 @@ pub struct Overrides {
     pub checkpoint_every: Option<usize>,
     /// Also checkpoint when this many seconds have passed since the last checkpoint; 0: never
     /// by time [default: 60]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub checkpoint_seconds: Option<f64>,
     /// Seed of every random stream [default: 1]
     #[arg(long)]

@@ -321,7 +321,7 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--vocab", "3000000000"], "vocab is 3000000000"),
         (vec!["--n-layers", "0"], "n_layers is 0"),
-        (vec!["--grad-clip=-1"], "grad_clip"),
+        (vec!["--grad-clip", "-1"], "grad_clip"),
         (vec!["--grad-clip", "nan"], "got NaN"),
         (vec!["--config", &beta], "beta_1 must be in [0, 1), got 1.5"),
         (
@@ -334,7 +334,7 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
             "--vocab (given 20)",
         ),
         (vec!["--stop-at", "0"], "--stop-at is 0"),
-        (vec!["--checkpoint-seconds=-5"], "got -5"),
+        (vec!["--checkpoint-seconds", "-5"], "got -5"),
     ];
     for (extra, expected) in cases {
         let out = temp("refused", d.name);
