@@ -774,10 +774,16 @@ mod tests {
             any::<(bool, bool, bool, bool)>(),
         );
         let optim = (
-            mostly(select(vec![1e-3, 1e-2]), vec![-1.0, 0.0, f64::NAN, f64::INFINITY]),
+            mostly(
+                select(vec![1e-3, 1e-2]),
+                vec![-1.0, 0.0, f64::NAN, f64::INFINITY],
+            ),
             mostly(select(vec![0.0f32, 0.9]), vec![-0.1, 1.0, 1.5, f32::NAN]),
             mostly(select(vec![0.5f32, 0.98]), vec![-0.1, 1.0]),
-            mostly(select(vec![1e-9f32, 1e-6]), vec![-1.0, 0.0, f32::NAN, f32::INFINITY]),
+            mostly(
+                select(vec![1e-9f32, 1e-6]),
+                vec![-1.0, 0.0, f32::NAN, f32::INFINITY],
+            ),
             mostly(
                 select(vec![None, Some(1.0f32), Some(0.5)]),
                 vec![Some(-1.0), Some(0.0), Some(f32::NAN)],
