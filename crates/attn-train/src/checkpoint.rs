@@ -259,7 +259,7 @@ pub fn verify(dir: &Path) -> Result<usize, TrainError> {
             return Err(corrupt(
                 &path,
                 format!(
-                    "it has {} bytes, the manifest says {}",
+                    "it has {} bytes, but {MANIFEST_FILE} says {}",
                     found.size, expected.size
                 ),
             ));
@@ -268,7 +268,7 @@ pub fn verify(dir: &Path) -> Result<usize, TrainError> {
             return Err(corrupt(
                 &path,
                 format!(
-                    "its SHA-256 is {}, the manifest says {}",
+                    "its SHA-256 is {}, but {MANIFEST_FILE} says {}",
                     found.sha256, expected.sha256
                 ),
             ));
@@ -283,7 +283,7 @@ pub fn verify(dir: &Path) -> Result<usize, TrainError> {
         return Err(corrupt(
             &state_path,
             format!(
-                "its step is {}, the manifest's is {}",
+                "its step is {}, but {MANIFEST_FILE} says {}",
                 state.step, manifest.step
             ),
         ));
@@ -292,7 +292,7 @@ pub fn verify(dir: &Path) -> Result<usize, TrainError> {
     if named.as_deref() != Some(folder_name(manifest.step).as_str()) {
         return Err(corrupt(
             dir,
-            format!("the manifest is for step {}", manifest.step),
+            format!("its {MANIFEST_FILE} is for step {}", manifest.step),
         ));
     }
     Ok(manifest.step)
