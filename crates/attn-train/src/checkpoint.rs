@@ -227,7 +227,7 @@ pub fn candidates(out: &Path) -> Result<Vec<(usize, PathBuf)>, TrainError> {
             found.push((step, entry.path()));
         }
     }
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|(step, _)| std::cmp::Reverse(*step));
     Ok(found)
 }
 

@@ -639,7 +639,8 @@ mod tests {
 
     #[test]
     fn validate_names_each_setting_that_cannot_work() {
-        let cases: [(&str, fn(&mut TrainConfig)); 9] = [
+        type Spoil = fn(&mut TrainConfig);
+        let cases: [(&str, Spoil); 9] = [
             ("n_layers is 0", |c| c.model.n_layers = 0),
             (
                 "grad_clip must be finite and positive (or 0 for no clipping), got -1",
