@@ -9,12 +9,18 @@
 //! checkpoints/step-000500/optimizer.bpk   burn record of the optimizer state (Adam moments)
 //! checkpoints/step-000500/scheduler.bpk   burn record of the learning-rate scheduler
 //! checkpoints/step-000500/state.json      TrainState
-//! checkpoints/latest                      the name of the newest complete checkpoint
+//! checkpoints/step-000500/manifest.json   the step, and each file's size and SHA-256
+//! checkpoints/latest                      the name of the newest checkpoint written
 //! ```
 //!
 //! A checkpoint is written into `step-NNNNNN.partial` and renamed into place only when all
-//! four files are there, and `latest` is replaced after that: a crash (or a diverging loss)
+//! five files are there, and `latest` is replaced after that: a crash (or a diverging loss)
 //! never leaves `latest` pointing at a half-written checkpoint.
+//!
+//! Before a checkpoint is loaded, [`verify`] checks each file against the manifest (size and
+//! SHA-256) and `state.json`'s step against the manifest's and the folder's name. A resumed run
+//! takes the newest checkpoint that passes ([`newest_intact`]), and says which it passed over
+//! and why.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +30,7 @@ use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
 use burn::store::RecordError;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::error::TrainError;
 use crate::random::Rng;
@@ -31,11 +38,59 @@ use crate::schedule::{LrSchedule, Scheduler};
 
 /// The folder of checkpoints inside the output folder.
 pub const CHECKPOINTS: &str = "checkpoints";
-const LATEST: &str = "latest";
+/// The file in [`CHECKPOINTS`] naming the newest checkpoint written.
+pub const LATEST: &str = "latest";
 const MODEL_FILE: &str = "model.bpk";
 const OPTIMIZER_FILE: &str = "optimizer.bpk";
 const SCHEDULER_FILE: &str = "scheduler.bpk";
 const STATE_FILE: &str = "state.json";
+const MANIFEST_FILE: &str = "manifest.json";
+/// The files of one checkpoint folder, its manifest last.
+pub const FILES: [&str; 5] = [
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    SCHEDULER_FILE,
+    STATE_FILE,
+    MANIFEST_FILE,
+];
+
+/// The folder name of the checkpoint of `step`: `step-NNNNNN`.
+pub fn folder_name(step: usize) -> String {
+    format!("step-{step:06}")
+}
+
+/// One file of a checkpoint as its manifest records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRecord {
+    /// The file's name inside the checkpoint folder.
+    pub name: String,
+    /// Its length in bytes.
+    pub size: u64,
+    /// Its SHA-256, in lower-case hex.
+    pub sha256: String,
+}
+
+/// `manifest.json` of a checkpoint: the step, and every other file's size and checksum.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointManifest {
+    /// Updates done at this checkpoint.
+    pub step: usize,
+    /// The four other files.
+    pub files: Vec<FileRecord>,
+}
+
+/// The size and SHA-256 of `path`.
+fn file_record(path: &Path, name: &str) -> Result<FileRecord, std::io::Error> {
+    let bytes = std::fs::read(path)?;
+    let digest = Sha256::digest(&bytes);
+    Ok(FileRecord {
+        name: name.to_string(),
+        size: bytes.len() as u64,
+        sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+    })
+}
 
 /// The loop's state at a checkpoint.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -52,6 +107,16 @@ pub struct TrainState {
     pub train_seconds: f64,
     /// Training tokens processed so far.
     pub tokens_seen: u64,
+    /// Sum of the training losses since the last row of `metrics.csv`, so that a run resumed
+    /// between two rows writes the next one as an unbroken run would.
+    #[serde(default)]
+    pub loss_sum: f64,
+    /// Steps in `loss_sum`.
+    #[serde(default)]
+    pub loss_count: usize,
+    /// The first step's training loss: the reference of the divergence bound.
+    #[serde(default)]
+    pub first_loss: Option<f64>,
     /// Task, model and seed of the run ([`crate::config::TrainConfig::identity`]).
     pub run: serde_json::Value,
 }
@@ -83,7 +148,7 @@ pub fn save(
     state: &TrainState,
 ) -> Result<PathBuf, TrainError> {
     let root = out.join(CHECKPOINTS);
-    let name = format!("step-{:06}", state.step);
+    let name = folder_name(state.step);
     let dir = root.join(&name);
     let partial = root.join(format!("{name}.partial"));
     if partial.exists() {
@@ -112,6 +177,22 @@ pub fn save(
     let json = serde_json::to_string_pretty(state).expect("TrainState is plain data");
     std::fs::write(&state_path, json).map_err(|e| TrainError::io("writing", &state_path, e))?;
 
+    let files = FILES[..4]
+        .iter()
+        .map(|file| {
+            let path = partial.join(file);
+            file_record(&path, file).map_err(|e| TrainError::io("reading", &path, e))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let manifest = CheckpointManifest {
+        step: state.step,
+        files,
+    };
+    let manifest_path = partial.join(MANIFEST_FILE);
+    let json = serde_json::to_string_pretty(&manifest).expect("a manifest is plain data");
+    std::fs::write(&manifest_path, json)
+        .map_err(|e| TrainError::io("writing", &manifest_path, e))?;
+
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io("removing", &dir, e))?;
     }
@@ -120,26 +201,187 @@ pub fn save(
     Ok(dir)
 }
 
-/// The newest complete checkpoint under `out`, if any.
+/// The checkpoint folders under `out` (`step-NNNNNN`, not `.partial` ones), newest first.
 ///
 /// # Errors
 ///
-/// [`TrainError::CorruptCheckpoint`] when `latest` names a folder that is not there.
-pub fn latest(out: &Path) -> Result<Option<PathBuf>, TrainError> {
-    let pointer = out.join(CHECKPOINTS).join(LATEST);
-    let name = match std::fs::read_to_string(&pointer) {
-        Ok(name) => name,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(TrainError::io("reading", &pointer, e)),
+/// [`TrainError::Io`] when the folder of checkpoints cannot be read.
+pub fn candidates(out: &Path) -> Result<Vec<(usize, PathBuf)>, TrainError> {
+    let root = out.join(CHECKPOINTS);
+    let entries = match std::fs::read_dir(&root) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(TrainError::io("reading", &root, e)),
     };
-    let dir = out.join(CHECKPOINTS).join(name.trim());
-    if !dir.is_dir() {
-        return Err(TrainError::CorruptCheckpoint {
-            path: pointer,
-            reason: format!("it names {}, which does not exist", dir.display()),
-        });
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| TrainError::io("reading", &root, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(step) = name
+            .strip_prefix("step-")
+            .and_then(|digits| digits.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        if entry.path().is_dir() && name == folder_name(step) {
+            found.push((step, entry.path()));
+        }
     }
-    Ok(Some(dir))
+    found.sort_by_key(|(step, _)| std::cmp::Reverse(*step));
+    Ok(found)
+}
+
+/// Checks the checkpoint in `dir` against its manifest: every file there, of the recorded size
+/// and SHA-256, and `state.json`'s step equal to the manifest's and to the folder's name.
+/// Returns the step.
+///
+/// # Errors
+///
+/// [`TrainError::CorruptCheckpoint`] naming the first file that does not match.
+pub fn verify(dir: &Path) -> Result<usize, TrainError> {
+    let corrupt = |path: &Path, reason: String| TrainError::CorruptCheckpoint {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let manifest_path = dir.join(MANIFEST_FILE);
+    let text = std::fs::read_to_string(&manifest_path)
+        .map_err(|e| corrupt(&manifest_path, format!("cannot read it: {e}")))?;
+    let manifest: CheckpointManifest = serde_json::from_str(&text)
+        .map_err(|e| corrupt(&manifest_path, format!("bad JSON: {e}")))?;
+    for file in &FILES[..4] {
+        let path = dir.join(file);
+        let Some(expected) = manifest.files.iter().find(|r| r.name == *file) else {
+            return Err(corrupt(&manifest_path, format!("it does not list {file}")));
+        };
+        let found =
+            file_record(&path, file).map_err(|e| corrupt(&path, format!("cannot read it: {e}")))?;
+        if found.size != expected.size {
+            return Err(corrupt(
+                &path,
+                format!(
+                    "it has {} bytes, but {MANIFEST_FILE} says {}",
+                    found.size, expected.size
+                ),
+            ));
+        }
+        if found.sha256 != expected.sha256 {
+            return Err(corrupt(
+                &path,
+                format!(
+                    "its SHA-256 is {}, but {MANIFEST_FILE} says {}",
+                    found.sha256, expected.sha256
+                ),
+            ));
+        }
+    }
+    let state_path = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&state_path)
+        .map_err(|e| corrupt(&state_path, format!("cannot read it: {e}")))?;
+    let state: TrainState =
+        serde_json::from_str(&text).map_err(|e| corrupt(&state_path, format!("bad JSON: {e}")))?;
+    if state.step != manifest.step {
+        return Err(corrupt(
+            &state_path,
+            format!(
+                "its step is {}, but {MANIFEST_FILE} says {}",
+                state.step, manifest.step
+            ),
+        ));
+    }
+    let named = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+    if named.as_deref() != Some(folder_name(manifest.step).as_str()) {
+        return Err(corrupt(
+            dir,
+            format!("its {MANIFEST_FILE} is for step {}", manifest.step),
+        ));
+    }
+    Ok(manifest.step)
+}
+
+/// A checkpoint [`newest_intact`] passed over, and why.
+#[derive(Debug)]
+pub struct Skipped {
+    /// The checkpoint folder.
+    pub path: PathBuf,
+    /// What [`verify`] found.
+    pub error: TrainError,
+}
+
+/// The newest checkpoint under `out` that passes [`verify`], with the newer ones that did not.
+///
+/// # Errors
+///
+/// [`TrainError::NoCheckpoint`] when there is none at all, [`TrainError::CorruptCheckpoint`]
+/// (the newest one's fault, and how many were tried) when none is intact.
+pub fn newest_intact(out: &Path) -> Result<(PathBuf, Vec<Skipped>), TrainError> {
+    let mut skipped = Vec::new();
+    for (_, path) in candidates(out)? {
+        match verify(&path) {
+            Ok(_) => return Ok((path, skipped)),
+            Err(error) => skipped.push(Skipped { path, error }),
+        }
+    }
+    let tried = skipped.len();
+    match skipped.into_iter().next() {
+        None => Err(TrainError::NoCheckpoint {
+            path: out.to_path_buf(),
+        }),
+        Some(Skipped { error, .. }) if tried == 1 => Err(error),
+        Some(Skipped {
+            error: TrainError::CorruptCheckpoint { path, reason },
+            ..
+        }) => Err(TrainError::CorruptCheckpoint {
+            path,
+            reason: format!("{reason} (and the {} older ones fail too)", tried - 1),
+        }),
+        Some(Skipped { error, .. }) => Err(error),
+    }
+}
+
+/// The newest intact checkpoint under `out`, if any (as [`newest_intact`]).
+///
+/// # Errors
+///
+/// [`TrainError::CorruptCheckpoint`] when there are checkpoints but none is intact,
+/// [`TrainError::Io`] when the folder cannot be read.
+pub fn latest(out: &Path) -> Result<Option<PathBuf>, TrainError> {
+    match newest_intact(out) {
+        Ok((path, _)) => Ok(Some(path)),
+        Err(TrainError::NoCheckpoint { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Each setting where `saved` and `current` differ, as `path: saved A, this run B`, joined by
+/// `; `.
+pub fn differences(saved: &serde_json::Value, current: &serde_json::Value) -> String {
+    fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value::Object;
+        match (a, b) {
+            (Object(a), Object(b)) => {
+                let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+                for key in keys {
+                    let null = serde_json::Value::Null;
+                    let child = if path.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{path}.{key}")
+                    };
+                    walk(
+                        &child,
+                        a.get(key).unwrap_or(&null),
+                        b.get(key).unwrap_or(&null),
+                        out,
+                    );
+                }
+            }
+            _ if a != b => out.push(format!("{path}: saved {a}, this run {b}")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", saved, current, &mut out);
+    out.join("; ")
 }
 
 /// Loads the checkpoint in `dir` into a freshly built `model` and `optim`, and a scheduler of
@@ -147,7 +389,8 @@ pub fn latest(out: &Path) -> Result<Option<PathBuf>, TrainError> {
 ///
 /// # Errors
 ///
-/// [`TrainError::CorruptCheckpoint`] when a file is missing or unreadable,
+/// [`TrainError::CorruptCheckpoint`] when a file is missing or unreadable (call [`verify`]
+/// first to check the files against the manifest),
 /// [`TrainError::CheckpointMismatch`] when the run differs or the weights do not fit the model,
 /// [`TrainError::Config`] when `schedule` cannot be built.
 pub fn load(
@@ -170,8 +413,7 @@ pub fn load(
     if &state.run != run {
         return Err(TrainError::CheckpointMismatch {
             path: dir.to_path_buf(),
-            saved: state.run.to_string(),
-            current: run.to_string(),
+            differences: differences(&state.run, run),
         });
     }
 
@@ -179,8 +421,7 @@ pub fn load(
     let model = model.try_load_file(&model_path).map_err(|e| match e {
         RecordError::Validation(reason) => TrainError::CheckpointMismatch {
             path: model_path.clone(),
-            saved: format!("weights that do not fit this model ({reason})"),
-            current: run.to_string(),
+            differences: format!("its weights do not fit this model ({reason})"),
         },
         RecordError::Io(reason) => corrupt(&model_path, reason),
     })?;
@@ -223,4 +464,44 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, bytes).map_err(|e| TrainError::io("writing", &tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| TrainError::io("renaming", &tmp, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differences_name_each_setting_with_both_values() {
+        let saved = serde_json::json!({"model": {"d_model": 8, "n_heads": 2}, "seed": 5});
+        let current = serde_json::json!({"model": {"d_model": 12, "n_heads": 2}, "seed": 6});
+        assert_eq!(
+            differences(&saved, &current),
+            "model.d_model: saved 8, this run 12; seed: saved 5, this run 6"
+        );
+        assert_eq!(differences(&saved, &saved), "");
+    }
+
+    #[test]
+    fn candidates_are_step_folders_newest_first() {
+        let out =
+            std::env::temp_dir().join(format!("attn-train-candidates-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        for name in [
+            "step-000002",
+            "step-000010",
+            "step-000004.partial",
+            "my-other-model",
+        ] {
+            std::fs::create_dir_all(out.join(CHECKPOINTS).join(name)).expect("folder");
+        }
+        let steps: Vec<usize> = candidates(&out)
+            .expect("readable")
+            .into_iter()
+            .map(|(step, _)| step)
+            .collect();
+        assert_eq!(steps, [10, 2]);
+        let err = verify(&out.join(CHECKPOINTS).join("step-000010")).expect_err("no manifest");
+        assert!(err.to_string().contains("manifest.json"), "{err}");
+        std::fs::remove_dir_all(&out).expect("cleanup");
+    }
 }

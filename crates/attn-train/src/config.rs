@@ -184,6 +184,10 @@ pub struct TrainConfig {
     pub eval_sequences: usize,
     /// Write a checkpoint every this many steps (and at the end); 0 only at the end.
     pub checkpoint_every: usize,
+    /// Also write a checkpoint when this many seconds have passed since the last one; 0 turns
+    /// the clock off. These checkpoints add no row to `metrics.csv`, so they leave a run's
+    /// numbers as they were.
+    pub checkpoint_seconds: f64,
 }
 
 impl Default for TrainConfig {
@@ -199,6 +203,7 @@ impl Default for TrainConfig {
             eval_every: 250,
             eval_sequences: 512,
             checkpoint_every: 500,
+            checkpoint_seconds: 60.0,
         }
     }
 }
@@ -247,7 +252,7 @@ pub struct Overrides {
     #[arg(long)]
     pub d_ff: Option<usize>,
     /// Dropout probability while training [default: 0]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub dropout: Option<f64>,
     /// Positional scheme [default: learned]
     #[arg(long, value_enum)]
@@ -267,7 +272,7 @@ pub struct Overrides {
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerKind>,
     /// Peak learning rate [default: 0.003]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// Warm-up updates [default: 100]
     #[arg(long)]
@@ -276,10 +281,11 @@ pub struct Overrides {
     #[arg(long, value_enum)]
     pub decay: Option<Decay>,
     /// Weight decay (AdamW: decoupled; Adam: added to the gradient) [default: 0]
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub weight_decay: Option<f64>,
-    /// Largest global gradient norm; 0 turns clipping off [default: 1]
-    #[arg(long)]
+    /// Largest global gradient norm; 0 turns clipping off, negative or NaN is refused
+    /// [default: 1]
+    #[arg(long, allow_negative_numbers = true)]
     pub grad_clip: Option<f32>,
     /// Evaluate every this many steps [default: 250]
     #[arg(long)]
@@ -290,6 +296,10 @@ pub struct Overrides {
     /// Checkpoint every this many steps; 0: only at the end [default: 500]
     #[arg(long)]
     pub checkpoint_every: Option<usize>,
+    /// Also checkpoint when this many seconds have passed since the last checkpoint; 0: never
+    /// by time [default: 60]
+    #[arg(long, allow_negative_numbers = true)]
+    pub checkpoint_seconds: Option<f64>,
     /// Seed of every random stream [default: 1]
     #[arg(long)]
     pub seed: Option<u64>,
@@ -314,7 +324,27 @@ impl TrainConfig {
                 return bad(format!("{what} is 0; it must be at least 1"));
             }
         }
+        if self.model.n_layers == 0 {
+            return bad("n_layers is 0; the encoder needs at least 1 layer".into());
+        }
+        if !(self.checkpoint_seconds.is_finite() && self.checkpoint_seconds >= 0.0) {
+            return bad(format!(
+                "checkpoint_seconds must be finite and >= 0, got {}",
+                self.checkpoint_seconds
+            ));
+        }
         let o = &self.optim;
+        for (what, beta) in [("beta_1", o.beta_1), ("beta_2", o.beta_2)] {
+            if !(0.0..1.0).contains(&beta) {
+                return bad(format!("Adam's {what} must be in [0, 1), got {beta}"));
+            }
+        }
+        if !(o.epsilon.is_finite() && o.epsilon > 0.0) {
+            return bad(format!(
+                "Adam's epsilon must be finite and positive, got {}",
+                o.epsilon
+            ));
+        }
         if !(o.lr.is_finite() && o.lr > 0.0) {
             return bad(format!("lr must be finite and positive, got {}", o.lr));
         }
@@ -330,7 +360,9 @@ impl TrainConfig {
         if let Some(clip) = o.grad_clip
             && !(clip.is_finite() && clip > 0.0)
         {
-            return bad(format!("grad_clip must be finite and positive, got {clip}"));
+            return bad(format!(
+                "grad_clip must be finite and positive (or 0 for no clipping), got {clip}"
+            ));
         }
         if let PositionalScheme::Learned { max_len } = self.model.pos
             && max_len < self.task.seq_len
@@ -412,7 +444,8 @@ impl TrainConfig {
     ///
     /// # Errors
     ///
-    /// [`TrainError::Config`] when `--long-range` is given for another task than `context`.
+    /// [`TrainError::Config`] when `--long-range` or `--min-distance` is given for another task
+    /// than `context`, or `--vocab` for `context`, which has its own word list.
     pub fn apply(&mut self, o: &Overrides) -> Result<(), TrainError> {
         fn set<T: Clone>(slot: &mut T, value: &Option<T>) {
             if let Some(value) = value {
@@ -430,6 +463,22 @@ impl TrainConfig {
             }
             task.min_distance = 30;
             task.seq_len = 48;
+        }
+        let kind = task.kind;
+        let unused = |flag: &str, value: usize| {
+            Err(TrainError::Config(format!(
+                "the {kind} task does not use {flag} (given {value})"
+            )))
+        };
+        if let Some(min_distance) = o.min_distance
+            && task.kind != TaskKind::Context
+        {
+            return unused("--min-distance", min_distance);
+        }
+        if let Some(vocab) = o.vocab
+            && task.kind == TaskKind::Context
+        {
+            return unused("--vocab", vocab);
         }
         set(&mut task.seq_len, &o.seq_len);
         set(&mut task.vocab, &o.vocab);
@@ -461,7 +510,8 @@ impl TrainConfig {
         set(&mut optim.decay, &o.decay);
         set(&mut optim.weight_decay, &o.weight_decay);
         if let Some(clip) = o.grad_clip {
-            optim.grad_clip = (clip > 0.0).then_some(clip);
+            // 0 turns clipping off; a negative or NaN limit stays, for `validate` to refuse.
+            optim.grad_clip = (clip != 0.0).then_some(clip);
         }
 
         set(&mut self.steps, &o.steps);
@@ -469,6 +519,7 @@ impl TrainConfig {
         set(&mut self.eval_every, &o.eval_every);
         set(&mut self.eval_sequences, &o.eval_sequences);
         set(&mut self.checkpoint_every, &o.checkpoint_every);
+        set(&mut self.checkpoint_seconds, &o.checkpoint_seconds);
         set(&mut self.seed, &o.seed);
         set(&mut self.device, &o.device);
         Ok(())
@@ -527,12 +578,20 @@ mod tests {
                 continue;
             };
             let flag = format!("--{long}");
-            let config = applied(&defaults, &[&flag, value]).expect("applies");
-            assert_eq!(json(&config), json(&defaults), "{flag} {value}");
+            // A task's own flags are checked on that task: the others refuse them.
+            let base = if long == "min-distance" {
+                let mut context = defaults.clone();
+                context.task.kind = TaskKind::Context;
+                context
+            } else {
+                defaults.clone()
+            };
+            let config = applied(&base, &[&flag, value]).expect("applies");
+            assert_eq!(json(&config), json(&base), "{flag} {value}");
             checked += 1;
         }
         assert_eq!(unstated, ["device", "long-range", "final-norm"]);
-        assert_eq!(checked, 24);
+        assert_eq!(checked, 25);
         assert_eq!(defaults.device, crate::backend::default_backend());
     }
 
@@ -563,6 +622,64 @@ mod tests {
         assert_eq!(c.model.pos, PositionalScheme::learned(48));
         let err = applied(&base, &["--task", "sort", "--long-range"]).expect_err("not context");
         assert!(err.to_string().contains("--long-range"), "{err}");
+    }
+
+    #[test]
+    fn flags_of_another_task_are_refused_with_their_value() {
+        let base = TrainConfig::default();
+        let err = applied(&base, &["--task", "sort", "--min-distance", "3"]).expect_err("sort");
+        assert!(
+            err.to_string().contains("--min-distance (given 3)"),
+            "{err}"
+        );
+        let err = applied(&base, &["--task", "context", "--vocab", "20"]).expect_err("context");
+        assert!(err.to_string().contains("--vocab (given 20)"), "{err}");
+        applied(&base, &["--task", "context", "--min-distance", "3"]).expect("context's own");
+    }
+
+    #[test]
+    fn validate_names_each_setting_that_cannot_work() {
+        type Spoil = fn(&mut TrainConfig);
+        let cases: [(&str, Spoil); 9] = [
+            ("n_layers is 0", |c| c.model.n_layers = 0),
+            (
+                "grad_clip must be finite and positive (or 0 for no clipping), got -1",
+                |c| c.optim.grad_clip = Some(-1.0),
+            ),
+            ("got NaN", |c| c.optim.grad_clip = Some(f32::NAN)),
+            ("beta_1 must be in [0, 1), got 1.5", |c| {
+                c.optim.beta_1 = 1.5
+            }),
+            ("beta_2 must be in [0, 1), got 1", |c| c.optim.beta_2 = 1.0),
+            ("epsilon must be finite and positive, got -1", |c| {
+                c.optim.epsilon = -1.0
+            }),
+            ("epsilon must be finite and positive, got 0", |c| {
+                c.optim.epsilon = 0.0
+            }),
+            ("checkpoint_seconds must be finite and >= 0, got -2", |c| {
+                c.checkpoint_seconds = -2.0
+            }),
+            ("vocab is 3000000000", |c| c.task.vocab = 3_000_000_000),
+        ];
+        for (expected, spoil) in cases {
+            let mut config = TrainConfig::default();
+            spoil(&mut config);
+            let err = config.validate().expect_err(expected);
+            assert!(err.to_string().contains(expected), "{expected}: {err}");
+        }
+    }
+
+    #[test]
+    fn grad_clip_flag_zero_turns_clipping_off_and_negative_is_kept_for_validate() {
+        let base = TrainConfig::default();
+        let c = applied(&base, &["--grad-clip", "0"]).expect("applies");
+        assert_eq!(c.optim.grad_clip, None);
+        for value in ["-1", "NaN"] {
+            let c = applied(&base, &["--grad-clip", value]).expect("applies");
+            let err = c.validate().expect_err("refused");
+            assert!(err.to_string().contains(value), "{value}: {err}");
+        }
     }
 
     #[test]

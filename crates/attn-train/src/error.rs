@@ -17,22 +17,57 @@ pub enum TrainError {
     Config(String),
     /// Task sizes that cannot be generated.
     #[error("invalid task: {0}")]
-    Task(#[from] TaskError),
+    Task(TaskError),
     /// The encoder cannot be built or run.
     #[error("model: {0}")]
-    Model(#[from] ModelError),
+    Model(ModelError),
     /// The backend is unknown or not compiled in.
     #[error(transparent)]
     Backend(#[from] BackendError),
     /// A file or folder could not be read or written.
-    #[error("{action} {}: {source}", path.display())]
+    ///
+    /// The underlying error is part of the message, not a separate cause, so that it is printed
+    /// once.
+    #[error("{action} {}: {error}", path.display())]
     Io {
         /// What was being done (`"writing"`, `"reading"`, ...).
         action: &'static str,
         /// The file or folder.
         path: PathBuf,
         /// The underlying error.
-        source: std::io::Error,
+        error: std::io::Error,
+    },
+    /// An output folder that holds files already, for a fresh run.
+    #[error(
+        "{} is not empty ({found}); give another --out, continue that run with --resume {}, \
+         or replace the files an earlier run wrote there with --overwrite",
+        path.display(),
+        path.display()
+    )]
+    OutNotEmpty {
+        /// The folder.
+        path: PathBuf,
+        /// What is in it, in a few words.
+        found: String,
+    },
+    /// `--overwrite` into a folder where a file this run would write is not one an earlier run
+    /// wrote.
+    #[error(
+        "{} is not a file of an earlier run (its manifest does not list it); move it away, \
+         or give another --out",
+        path.display()
+    )]
+    NotOurs {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A `metrics.csv` row that does not parse.
+    #[error("{} does not parse: {reason}", path.display())]
+    BadMetrics {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        reason: String,
     },
     /// A checkpoint whose files are missing, truncated or unreadable.
     #[error("checkpoint {} is corrupt or incomplete: {reason}", path.display())]
@@ -44,16 +79,30 @@ pub enum TrainError {
     },
     /// A checkpoint written by a run with a different task, model or seed.
     #[error(
-        "checkpoint {} was written for a different run; it has {saved} but this run has {current}",
+        "checkpoint {} was written for a different run: {differences}",
         path.display()
     )]
     CheckpointMismatch {
         /// The checkpoint folder.
         path: PathBuf,
-        /// The saved task, model and seed, as JSON.
-        saved: String,
-        /// This run's task, model and seed, as JSON.
-        current: String,
+        /// Each setting that differs, with the saved value and this run's.
+        differences: String,
+    },
+    /// `--resume` asked for fewer steps (or an earlier `--stop-at`) than the checkpoint has done.
+    #[error(
+        "{what} is {asked}, but the checkpoint {} has done {done} steps already; \
+         give at least {done}",
+        path.display()
+    )]
+    FewerStepsThanDone {
+        /// `--steps` or `--stop-at`.
+        what: &'static str,
+        /// The number asked for.
+        asked: usize,
+        /// Steps the checkpoint has done.
+        done: usize,
+        /// The checkpoint.
+        path: PathBuf,
     },
     /// `--resume` pointed at a folder with no checkpoint in it.
     #[error("no checkpoint to resume from in {}", path.display())]
@@ -79,6 +128,26 @@ pub enum TrainError {
         /// The newest checkpoint written before the divergence, kept untouched.
         last_checkpoint: Option<PathBuf>,
     },
+    /// The loss grew past the bound of a diverging run: [`DIVERGENCE_FACTOR`] times the loss of
+    /// the first step. The run stopped without writing a checkpoint from these weights.
+    #[error(
+        "loss is {loss} at step {step}, more than {bound} ({DIVERGENCE_FACTOR} times the first \
+         step's loss): the run diverged (try a lower --lr or a tighter gradient clip); {}",
+        match last_checkpoint {
+            Some(p) => format!("the last good checkpoint is {}", p.display()),
+            None => "no checkpoint was written before it".to_string(),
+        }
+    )]
+    LossDiverged {
+        /// Updates done when the loss passed the bound.
+        step: usize,
+        /// The loss value.
+        loss: f64,
+        /// The bound it passed.
+        bound: f64,
+        /// The newest checkpoint written before the divergence, kept untouched.
+        last_checkpoint: Option<PathBuf>,
+    },
     /// A plot could not be drawn.
     #[error("drawing {}: {reason}", path.display())]
     Plot {
@@ -89,13 +158,31 @@ pub enum TrainError {
     },
 }
 
+/// A loss larger than this many times the first step's loss stops the run as diverged.
+///
+/// An untrained model's loss is about `ln(n_classes)`; a hundred times that means confident,
+/// wrong predictions everywhere, which no healthy run of these tasks reaches.
+pub const DIVERGENCE_FACTOR: f64 = 100.0;
+
 impl TrainError {
     /// An I/O error while doing `action` on `path`.
-    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Self::Io {
             action,
             path: path.into(),
-            source,
+            error,
         }
+    }
+}
+
+impl From<TaskError> for TrainError {
+    fn from(e: TaskError) -> Self {
+        Self::Task(e)
+    }
+}
+
+impl From<ModelError> for TrainError {
+    fn from(e: ModelError) -> Self {
+        Self::Model(e)
     }
 }

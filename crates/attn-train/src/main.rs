@@ -7,8 +7,13 @@
 //!
 //! Flags override `--config FILE.json`, which overrides the defaults. A progress bar goes to
 //! stderr; one JSON line summarising the run goes to stdout at the end.
+//!
+//! The first SIGINT or SIGTERM lets the step under way finish, writes a checkpoint, prints the
+//! command that resumes, and exits with status 130; a second one exits at once.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, bail};
 use attn_train::config::{Overrides, TrainConfig};
@@ -25,14 +30,20 @@ struct Cli {
     /// Read the configuration from a JSON file (flags override it).
     #[arg(long, value_name = "FILE.json")]
     config: Option<PathBuf>,
-    /// Output folder (default: runs/<task>).
+    /// Output folder; it must be missing or empty unless --overwrite is given
+    /// [default: runs/<task>]
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Reuse a --out folder that is not empty: remove the files that an earlier run listed in
+    /// its manifest.json there, and nothing else
+    #[arg(long)]
+    overwrite: bool,
     /// Continue the run in DIR from its last checkpoint, with the configuration saved there
     /// (only --steps, --device and --stop-at may be given with it).
     #[arg(long, value_name = "DIR")]
     resume: Option<PathBuf>,
-    /// Stop after this many steps, checkpointing there, as if interrupted.
+    /// Stop after this many steps, checkpointing there, as if interrupted [default: the
+    /// configured --steps]
     #[arg(long)]
     stop_at: Option<usize>,
     /// No progress bar.
@@ -43,15 +54,38 @@ struct Cli {
     no_plots: bool,
 }
 
+/// The exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT's number, as shells
+/// report it).
+const INTERRUPTED: i32 = 130;
+
 fn main() -> Result<()> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let signals = Arc::new(AtomicUsize::new(0));
+    {
+        let interrupt = Arc::clone(&interrupt);
+        ctrlc::set_handler(move || {
+            if signals.fetch_add(1, Ordering::SeqCst) == 0 {
+                eprintln!(
+                    "\ninterrupted: finishing this step and writing a checkpoint \
+                     (interrupt again to quit at once, without one)"
+                );
+                interrupt.store(true, Ordering::SeqCst);
+            } else {
+                std::process::exit(INTERRUPTED);
+            }
+        })
+        .context("installing the SIGINT and SIGTERM handler")?;
+    }
     let options = RunOptions {
         out: None,
         resume: false,
         stop_at: cli.stop_at,
         progress: !cli.quiet,
         skip_plots: cli.no_plots,
+        overwrite: cli.overwrite,
+        interrupt: Some(interrupt),
     };
 
     let summary = if let Some(dir) = &cli.resume {
@@ -65,7 +99,7 @@ fn main() -> Result<()> {
             );
         }
         train::resume(dir, &cli.overrides, &options)
-            .with_context(|| format!("resuming {}", dir.display()))?
+            .with_context(|| format!("cannot resume {}", dir.display()))?
     } else {
         let mut config = match &cli.config {
             Some(path) => TrainConfig::from_file(path)?,
@@ -81,14 +115,59 @@ fn main() -> Result<()> {
             ..options
         };
         train::run(&config, &options)
-            .with_context(|| format!("training {} into {}", config.task.kind, out.display()))?
+            .with_context(|| format!("cannot train {} into {}", config.task.kind, out.display()))?
     };
 
     println!(
         "{}",
         serde_json::to_string(&summary).context("serialising the summary")?
     );
+    if summary.interrupted {
+        let dir = summary.out.as_deref().unwrap_or(Path::new("."));
+        match &summary.last_checkpoint {
+            Some(checkpoint) => eprintln!(
+                "stopped at step {}; checkpoint {}\nresume with: {}",
+                summary.steps,
+                checkpoint.display(),
+                resume_command(dir, &cli)
+            ),
+            None => eprintln!("stopped at step {}; no checkpoint", summary.steps),
+        }
+        std::process::exit(INTERRUPTED);
+    }
     Ok(())
+}
+
+/// The command line that continues the run in `dir`, with this one's output flags.
+fn resume_command(dir: &Path, cli: &Cli) -> String {
+    let program = std::env::args()
+        .next()
+        .unwrap_or_else(|| "attn-train".into());
+    let mut words = vec![program, "--resume".into(), dir.display().to_string()];
+    if cli.quiet {
+        words.push("--quiet".into());
+    }
+    if cli.no_plots {
+        words.push("--no-plots".into());
+    }
+    words
+        .iter()
+        .map(|w| shell_quoted(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `word` as a POSIX shell reads it back: bare when it is plain, else in single quotes.
+fn shell_quoted(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 /// The flags that `--resume` takes along: the rest would change the saved configuration.
@@ -115,6 +194,27 @@ mod tests {
             .try_get_matches_from(command_line)
             .expect("flags parse");
         refused_with_resume(&matches)
+    }
+
+    #[test]
+    fn resume_commands_quote_what_the_shell_would_split() {
+        assert_eq!(shell_quoted("runs/reverse"), "runs/reverse");
+        assert_eq!(shell_quoted("my runs/it's"), "'my runs/it'\\''s'");
+        assert_eq!(shell_quoted(""), "''");
+    }
+
+    #[test]
+    fn every_flag_with_a_value_states_its_default() {
+        let mut unstated = Vec::new();
+        for arg in Cli::command().get_arguments() {
+            let takes_value = arg.get_action().takes_values();
+            let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+            if takes_value && !help.contains("default") {
+                unstated.push(arg.get_id().to_string());
+            }
+        }
+        // A file or a folder to read from has no default: without it, nothing is read.
+        assert_eq!(unstated, ["config", "resume"]);
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! What a run measures and writes down: loss, token accuracy and sequence accuracy on the
 //! held-out set, one row per evaluation in `metrics.csv`.
 //!
+//! `metrics.csv` holds only numbers that the seed decides, so two runs of one configuration on
+//! one backend and machine write the same bytes. The clock's readings go to `timings.csv`
+//! beside it (step and seconds), which no two runs share.
+//!
 //! Token accuracy counts scored positions predicted right; sequence accuracy counts sequences
 //! whose every scored position is right. Positions of the ignored class (the `context` task's
 //! filler words) count in neither.
@@ -132,39 +136,88 @@ pub struct MetricsLog {
     pub rows: Vec<MetricsRow>,
 }
 
+/// A row of `metrics.csv`: a [`MetricsRow`] without the clock.
+#[derive(Serialize, Deserialize)]
+struct SeededRow {
+    step: usize,
+    lr: f64,
+    train_loss: f64,
+    eval_loss: f64,
+    eval_token_accuracy: f64,
+    eval_sequence_accuracy: f64,
+}
+
+/// A row of `timings.csv`.
+#[derive(Serialize, Deserialize)]
+struct TimingRow {
+    step: usize,
+    wall_seconds: f64,
+}
+
+/// The file of timings beside `metrics`: `timings.csv` in the same folder.
+pub fn timings_path(metrics: &Path) -> std::path::PathBuf {
+    metrics.with_file_name(crate::run_dir::TIMINGS_FILE)
+}
+
 impl MetricsLog {
-    /// Reads `metrics.csv`.
+    /// Reads `metrics.csv`, and the wall times from `timings.csv` beside it where that is there
+    /// (0 where it is not).
     ///
     /// # Errors
     ///
-    /// [`TrainError::Io`] when the file cannot be read, [`TrainError::CorruptCheckpoint`] when
-    /// a row does not parse.
+    /// [`TrainError::Io`] when the file cannot be read, [`TrainError::BadMetrics`] when a row
+    /// does not parse.
     pub fn read_csv(path: &Path) -> Result<Self, TrainError> {
-        let mut reader = csv::Reader::from_path(path).map_err(|e| csv_error(path, e))?;
-        let rows = reader
-            .deserialize()
-            .collect::<Result<Vec<MetricsRow>, _>>()
-            .map_err(|e| csv_error(path, e))?;
+        let seeded: Vec<SeededRow> = read_rows(path)?;
+        let timings_path = timings_path(path);
+        let timings: Vec<TimingRow> = if timings_path.exists() {
+            read_rows(&timings_path)?
+        } else {
+            Vec::new()
+        };
+        let rows = seeded
+            .into_iter()
+            .map(|r| MetricsRow {
+                step: r.step,
+                lr: r.lr,
+                train_loss: r.train_loss,
+                eval_loss: r.eval_loss,
+                eval_token_accuracy: r.eval_token_accuracy,
+                eval_sequence_accuracy: r.eval_sequence_accuracy,
+                wall_seconds: timings
+                    .iter()
+                    .find(|t| t.step == r.step)
+                    .map_or(0.0, |t| t.wall_seconds),
+            })
+            .collect();
         Ok(Self { rows })
     }
 
-    /// Writes every row to `path`, replacing it (through a temporary file, so a crash never
-    /// leaves half a file).
+    /// Writes every row to `path` (`metrics.csv`) and the wall times to `timings.csv` beside
+    /// it, replacing both (through temporary files, so a crash never leaves half a file).
     ///
     /// # Errors
     ///
-    /// [`TrainError::Io`] when the file cannot be written.
+    /// [`TrainError::Io`] when a file cannot be written.
     pub fn write_csv(&self, path: &Path) -> Result<(), TrainError> {
-        let tmp = path.with_extension("csv.tmp");
-        let mut writer = csv::Writer::from_path(&tmp).map_err(|e| csv_error(&tmp, e))?;
-        for row in &self.rows {
-            writer.serialize(row).map_err(|e| csv_error(&tmp, e))?;
-        }
-        writer
-            .flush()
-            .map_err(|e| TrainError::io("writing", &tmp, e))?;
-        drop(writer);
-        std::fs::rename(&tmp, path).map_err(|e| TrainError::io("renaming", path, e))
+        write_rows(
+            path,
+            self.rows.iter().map(|r| SeededRow {
+                step: r.step,
+                lr: r.lr,
+                train_loss: r.train_loss,
+                eval_loss: r.eval_loss,
+                eval_token_accuracy: r.eval_token_accuracy,
+                eval_sequence_accuracy: r.eval_sequence_accuracy,
+            }),
+        )?;
+        write_rows(
+            &timings_path(path),
+            self.rows.iter().map(|r| TimingRow {
+                step: r.step,
+                wall_seconds: r.wall_seconds,
+            }),
+        )
     }
 
     /// Drops rows after `step`: a resumed run rewrites them.
@@ -178,12 +231,36 @@ impl MetricsLog {
     }
 }
 
+fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, TrainError> {
+    let mut reader = csv::Reader::from_path(path).map_err(|e| csv_error(path, e))?;
+    reader
+        .deserialize()
+        .collect::<Result<Vec<T>, _>>()
+        .map_err(|e| csv_error(path, e))
+}
+
+fn write_rows<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> Result<(), TrainError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tmp");
+    let tmp = std::path::PathBuf::from(name);
+    let mut writer = csv::Writer::from_path(&tmp).map_err(|e| csv_error(&tmp, e))?;
+    for row in rows {
+        writer.serialize(row).map_err(|e| csv_error(&tmp, e))?;
+    }
+    writer
+        .flush()
+        .map_err(|e| TrainError::io("writing", &tmp, e))?;
+    drop(writer);
+    std::fs::rename(&tmp, path).map_err(|e| TrainError::io("renaming", path, e))
+}
+
 fn csv_error(path: &Path, e: csv::Error) -> TrainError {
+    let reason = e.to_string();
     match e.into_kind() {
-        csv::ErrorKind::Io(source) => TrainError::io("accessing", path, source),
-        other => TrainError::CorruptCheckpoint {
+        csv::ErrorKind::Io(error) => TrainError::io("accessing", path, error),
+        _ => TrainError::BadMetrics {
             path: path.to_path_buf(),
-            reason: format!("{other:?}"),
+            reason,
         },
     }
 }
@@ -243,8 +320,25 @@ mod tests {
         log.write_csv(&path).expect("writes");
         let back = MetricsLog::read_csv(&path).expect("reads");
         assert_eq!(back, log);
+        let text = std::fs::read_to_string(&path).expect("metrics.csv");
+        assert!(
+            !text.contains("wall"),
+            "the clock stays out of metrics.csv: {text}"
+        );
+        let timings = std::fs::read_to_string(timings_path(&path)).expect("timings.csv");
+        assert!(timings.starts_with("step,wall_seconds"), "{timings}");
         log.truncate_after(20);
         assert_eq!(log.rows.len(), 2);
+
+        std::fs::write(&path, "step,lr\nten,0.1\n").expect("spoilt");
+        let err = MetricsLog::read_csv(&path).expect_err("bad row");
+        assert!(matches!(err, TrainError::BadMetrics { .. }), "{err}");
+        let message = err.to_string();
+        assert!(message.contains("metrics.csv does not parse"), "{message}");
+        assert!(
+            !message.contains("Deserialize {"),
+            "no Debug dump: {message}"
+        );
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -22,6 +22,10 @@ use serde::{Deserialize, Serialize};
 /// The class of positions that are not scored (loss and accuracy skip them).
 pub const IGNORED: usize = 0;
 
+/// The most distinct symbols a task can have: the backends store token ids and classes as
+/// `i32`, so ids run up to `i32::MAX`.
+pub const MAX_VOCAB: usize = i32::MAX as usize;
+
 /// The ambiguous word of the `context` task.
 const AMBIGUOUS: &str = "apple";
 /// Cue words that make `apple` the fruit.
@@ -102,6 +106,17 @@ pub enum TaskError {
     VocabTooSmall {
         /// The requested vocabulary size.
         vocab: usize,
+    },
+    /// More symbols than the backends' integer type can number: token ids and classes are
+    /// `i32` on the backends this crate builds ([`MAX_VOCAB`]).
+    #[error(
+        "vocab is {vocab}; token ids must fit the backend's i32, so vocab can be at most {max}"
+    )]
+    VocabTooLarge {
+        /// The requested vocabulary size.
+        vocab: usize,
+        /// The largest that fits.
+        max: usize,
     },
     /// No cue position is far enough from the ambiguous word.
     #[error(
@@ -192,6 +207,12 @@ impl TaskConfig {
         match self.kind {
             TaskKind::Copy | TaskKind::Reverse | TaskKind::Sort if self.vocab < 2 => {
                 Err(TaskError::VocabTooSmall { vocab: self.vocab })
+            }
+            TaskKind::Copy | TaskKind::Reverse | TaskKind::Sort if self.vocab > MAX_VOCAB => {
+                Err(TaskError::VocabTooLarge {
+                    vocab: self.vocab,
+                    max: MAX_VOCAB,
+                })
             }
             TaskKind::Context if self.min_distance == 0 || self.min_distance >= seq_len => {
                 Err(TaskError::DistanceDoesNotFit {
@@ -497,6 +518,17 @@ mod tests {
             min_distance: 1,
         };
         assert_eq!(bad.validate(), Err(TaskError::VocabTooSmall { vocab: 1 }));
+        let bad = TaskConfig {
+            vocab: 3_000_000_000,
+            ..bad
+        };
+        assert_eq!(
+            bad.validate(),
+            Err(TaskError::VocabTooLarge {
+                vocab: 3_000_000_000,
+                max: MAX_VOCAB
+            })
+        );
     }
 
     #[test]

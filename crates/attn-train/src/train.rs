@@ -22,8 +22,21 @@
 //! so a resumed run repeats an unbroken run's numbers on the same backend. burn's backend
 //! generator is global, so two runs must not train at the same time in one process on the same
 //! backend.
+//!
+//! Safety of a run:
+//!
+//! - a fresh run writes only into a missing or empty folder, or with `overwrite` removes only
+//!   the files of an earlier run ([`crate::run_dir`]), and only once the configuration is
+//!   valid;
+//! - a checkpoint is due every `checkpoint_every` steps, every `checkpoint_seconds` seconds,
+//!   at the end, and when [`RunOptions::interrupt`] is raised, after which the run stops;
+//! - the run stops as diverged when a loss is not finite or passes
+//!   [`DIVERGENCE_FACTOR`](crate::error::DIVERGENCE_FACTOR) times the first step's loss, and
+//!   writes no checkpoint from those weights.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use attn_model::TokenEncoder;
@@ -36,7 +49,7 @@ use serde::Serialize;
 use crate::checkpoint::{self, TrainState};
 use crate::clip::clip_global_norm;
 use crate::config::{OptimConfig, OptimizerKind, Overrides, TrainConfig};
-use crate::error::TrainError;
+use crate::error::{DIVERGENCE_FACTOR, TrainError};
 use crate::evaluate::{eval_set, evaluate};
 use crate::inspect;
 use crate::loss::{loss_function, token_loss, value_of};
@@ -64,6 +77,12 @@ pub struct RunOptions {
     pub progress: bool,
     /// Skip the PNG plots (they take a moment; tests do not need them).
     pub skip_plots: bool,
+    /// A fresh run may reuse a folder that is not empty, removing the files its manifest lists
+    /// (an earlier run's) and nothing else.
+    pub overwrite: bool,
+    /// Raised (by a signal handler, say) to stop the run: the step under way finishes, a
+    /// checkpoint is written, and the run returns with [`RunSummary::interrupted`] set.
+    pub interrupt: Option<Arc<AtomicBool>>,
 }
 
 /// What a run did, printed by the binary as one JSON line.
@@ -90,6 +109,10 @@ pub struct RunSummary {
     pub cue_attention: Option<Vec<f64>>,
     /// The output folder, if any.
     pub out: Option<PathBuf>,
+    /// The run stopped early because [`RunOptions::interrupt`] was raised.
+    pub interrupted: bool,
+    /// The newest checkpoint written or resumed from, if any.
+    pub last_checkpoint: Option<PathBuf>,
     /// Every evaluation of the run, in step order (not printed).
     #[serde(skip)]
     pub history: MetricsLog,
@@ -160,6 +183,9 @@ fn start(
             wall_seconds: 0.0,
             train_seconds: 0.0,
             tokens_seen: 0,
+            loss_sum: 0.0,
+            loss_count: 0,
+            first_loss: None,
             run: config.identity(),
         },
         log: MetricsLog::default(),
@@ -172,8 +198,20 @@ fn start(
     };
     let run_dir = if options.resume {
         let run_dir = RunDir::existing(out)?;
-        let path = checkpoint::latest(out)?
-            .ok_or_else(|| TrainError::NoCheckpoint { path: out.clone() })?;
+        let (path, skipped) = checkpoint::newest_intact(out)?;
+        for skip in &skipped {
+            eprintln!(
+                "skipping checkpoint {}: {}",
+                skip.path.display(),
+                skip.error
+            );
+        }
+        if !skipped.is_empty() {
+            eprintln!(
+                "resuming from {}, the newest intact checkpoint",
+                path.display()
+            );
+        }
         let loaded = checkpoint::load(
             &path,
             start.model,
@@ -189,7 +227,23 @@ fn start(
             schedule,
             ..loaded.state
         };
-        start.resumed_from = Some(start.state.step);
+        let done = start.state.step;
+        for (what, asked) in [
+            ("--steps", Some(config.steps)),
+            ("--stop-at", options.stop_at),
+        ] {
+            if let Some(asked) = asked
+                && asked < done
+            {
+                return Err(TrainError::FewerStepsThanDone {
+                    what,
+                    asked,
+                    done,
+                    path: path.clone(),
+                });
+            }
+        }
+        start.resumed_from = Some(done);
         if run_dir.metrics().exists() {
             start.log = MetricsLog::read_csv(&run_dir.metrics())?;
             start.log.truncate_after(start.state.step);
@@ -197,7 +251,7 @@ fn start(
         start.last_checkpoint = Some(path);
         run_dir
     } else {
-        RunDir::fresh(out)?
+        RunDir::fresh(out, options.overwrite)?
     };
     run_dir.write_config(config)?;
     start.run_dir = Some(run_dir);
@@ -215,6 +269,19 @@ pub fn run_on(
     options: &RunOptions,
 ) -> Result<RunSummary, TrainError> {
     config.validate()?;
+    if options.stop_at == Some(0) {
+        return Err(TrainError::Config(
+            "--stop-at is 0; it must be at least 1 (a run stopped before its first step has \
+             nothing to checkpoint)"
+                .into(),
+        ));
+    }
+    // Before anything is built or written: a fresh run's folder must be free.
+    if let Some(out) = &options.out
+        && !options.resume
+    {
+        RunDir::check_fresh(out, options.overwrite)?;
+    }
     let started = Instant::now();
     let task = &config.task;
     let train_device = device.clone().autodiff();
@@ -238,10 +305,31 @@ pub fn run_on(
     let progress = Progress::new(options.progress, state.step, config.steps);
     let tokens_per_batch = (config.batch_size * task.seq_len) as u64;
 
-    let mut loss_sum = 0.0;
-    let mut loss_count = 0usize;
     let mut train_time = 0.0;
     let wall_before = state.wall_seconds;
+    let mut since_checkpoint = Instant::now();
+    let mut interrupted = false;
+    let diverged = |step: usize, loss: f64, first: Option<f64>, last: &Option<PathBuf>| {
+        let bound = first.map(|f| DIVERGENCE_FACTOR * f);
+        if !loss.is_finite() {
+            Some(TrainError::NonFiniteLoss {
+                step,
+                loss,
+                last_checkpoint: last.clone(),
+            })
+        } else if let Some(bound) = bound
+            && loss > bound
+        {
+            Some(TrainError::LossDiverged {
+                step,
+                loss,
+                bound,
+                last_checkpoint: last.clone(),
+            })
+        } else {
+            None
+        }
+    };
 
     while state.step < end {
         let step = state.step;
@@ -255,14 +343,11 @@ pub fn run_on(
         let logits = model.forward(batch.tokens_tensor(&train_device)); // [batch, seq_len, n_classes]
         let loss = token_loss(&loss_fn, logits, batch.targets_tensor(&train_device));
         let loss_value = value_of(loss.clone())?;
-        if !loss_value.is_finite() {
+        if let Some(err) = diverged(step, loss_value, state.first_loss, &last_checkpoint) {
             progress.finish();
-            return Err(TrainError::NonFiniteLoss {
-                step,
-                loss: loss_value,
-                last_checkpoint,
-            });
+            return Err(err);
         }
+        state.first_loss.get_or_insert(loss_value);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         let grads = match config.optim.grad_clip {
             Some(max_norm) => clip_global_norm(&model, grads, max_norm).0,
@@ -273,41 +358,51 @@ pub fn run_on(
         train_time += tick.elapsed().as_secs_f64();
         state.step += 1;
         state.tokens_seen += tokens_per_batch;
-        loss_sum += loss_value;
-        loss_count += 1;
+        state.loss_sum += loss_value;
+        state.loss_count += 1;
         progress.step(state.step, loss_value);
 
         let done = state.step == end;
-        let checkpoint_due = run_dir.is_some()
+        interrupted = options
+            .interrupt
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::SeqCst));
+        // Checkpoints by step and at the end add a row to metrics.csv; those by the clock or on
+        // an interruption do not, so that when they fall does not change the run's numbers.
+        let on_schedule = run_dir.is_some()
             && (done
                 || (config.checkpoint_every > 0
                     && state.step.is_multiple_of(config.checkpoint_every)));
+        let timed = config.checkpoint_seconds > 0.0
+            && since_checkpoint.elapsed().as_secs_f64() >= config.checkpoint_seconds;
+        let checkpoint_due = run_dir.is_some() && (on_schedule || timed || interrupted);
+        let logged = state.step.is_multiple_of(config.eval_every) || on_schedule || done;
         // Every checkpoint is evaluated first, so none is written from diverged weights.
-        if state.step.is_multiple_of(config.eval_every) || checkpoint_due || done {
+        if logged || checkpoint_due {
             let metrics = evaluate(&model.valid(), task, &eval_set, &loss_fn, &device)?;
-            if !metrics.loss.is_finite() {
+            if let Some(err) =
+                diverged(state.step, metrics.loss, state.first_loss, &last_checkpoint)
+            {
                 progress.finish();
-                return Err(TrainError::NonFiniteLoss {
-                    step: state.step,
-                    loss: metrics.loss,
-                    last_checkpoint,
-                });
+                return Err(err);
             }
             state.wall_seconds = wall_before + started.elapsed().as_secs_f64();
-            let row = MetricsRow {
-                step: state.step,
-                lr,
-                train_loss: loss_sum / loss_count.max(1) as f64,
-                eval_loss: metrics.loss,
-                eval_token_accuracy: metrics.token_accuracy,
-                eval_sequence_accuracy: metrics.sequence_accuracy,
-                wall_seconds: state.wall_seconds,
-            };
-            (loss_sum, loss_count) = (0.0, 0);
-            progress.eval(&row);
-            log.rows.push(row);
-            if let Some(dir) = &run_dir {
-                log.write_csv(&dir.metrics())?;
+            if logged {
+                let row = MetricsRow {
+                    step: state.step,
+                    lr,
+                    train_loss: state.loss_sum / state.loss_count.max(1) as f64,
+                    eval_loss: metrics.loss,
+                    eval_token_accuracy: metrics.token_accuracy,
+                    eval_sequence_accuracy: metrics.sequence_accuracy,
+                    wall_seconds: state.wall_seconds,
+                };
+                (state.loss_sum, state.loss_count) = (0.0, 0);
+                progress.eval(&row);
+                log.rows.push(row);
+                if let Some(dir) = &run_dir {
+                    dir.write_metrics(&log)?;
+                }
             }
         }
         if let Some(dir) = &run_dir
@@ -315,8 +410,13 @@ pub fn run_on(
         {
             state.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             state.train_seconds = train_seconds_before + train_time;
+            dir.claim_checkpoint(state.step)?;
             let saved = checkpoint::save(dir.root(), &model, &optim, &scheduler, &state)?;
             last_checkpoint = Some(saved);
+            since_checkpoint = Instant::now();
+        }
+        if interrupted {
+            break;
         }
     }
     progress.finish();
@@ -328,9 +428,10 @@ pub fn run_on(
     };
     if let Some(dir) = &run_dir
         && !options.skip_plots
+        && !interrupted
     {
-        plot::loss_curve(&dir.loss_plot(), &log)?;
-        plot::accuracy_curve(&dir.accuracy_plot(), &log)?;
+        plot::loss_curve(&dir.loss_plot()?, &log)?;
+        plot::accuracy_curve(&dir.accuracy_plot()?, &log)?;
         inspect::draw_heads(dir, &valid, task, eval_set[0].sequence(0), &device)?;
     }
     let cue_attention = match task.kind {
@@ -353,6 +454,8 @@ pub fn run_on(
         resumed_from,
         cue_attention,
         out: options.out.clone(),
+        interrupted,
+        last_checkpoint,
         history: log,
     })
 }
@@ -630,10 +733,175 @@ mod tests {
             let err =
                 run_on(&config, d.device.clone(), &resume_empty).expect_err("nothing to resume");
             assert!(matches!(err, TrainError::NoCheckpoint { .. }), "{err}");
-            for dir in [out, empty] {
-                std::fs::remove_dir_all(dir).expect("cleanup");
-            }
+            assert!(!empty.exists(), "a failed resume creates no folder");
+            std::fs::remove_dir_all(out).expect("cleanup");
         });
+    }
+
+    /// Usually a value from `valid`, now and then one of the `edges` (which may be refused).
+    fn mostly<T: Clone + std::fmt::Debug + 'static>(
+        valid: impl proptest::strategy::Strategy<Value = T> + 'static,
+        edges: Vec<T>,
+    ) -> proptest::strategy::BoxedStrategy<T> {
+        use proptest::prelude::*;
+        prop_oneof![24 => valid, 1 => proptest::sample::select(edges)].boxed()
+    }
+
+    /// Any configuration over tiny sizes: each setting usually one that works, now and then
+    /// one at or past the edge of what works, so that some are accepted and some refused.
+    fn any_config() -> impl proptest::strategy::Strategy<Value = TrainConfig> {
+        use proptest::prelude::*;
+        use proptest::sample::select;
+
+        use crate::config::{Act, Norm};
+        use crate::schedule::Decay;
+
+        let task = (
+            0..4usize,
+            mostly(2..7usize, vec![0, 1]),
+            mostly(2..6usize, vec![0, 1, 3_000_000_000]),
+            mostly(1..3usize, vec![0, 6]),
+        );
+        let model = (
+            mostly(1..4usize, vec![0]),
+            1..3usize,
+            mostly(Just(None), vec![Some(0), Some(5), Some(7)]),
+            mostly(1..3usize, vec![0]),
+            mostly(1..13usize, vec![0]),
+            mostly(select(vec![0.0, 0.1, 0.5]), vec![-0.1, 1.0, 1.5, f64::NAN]),
+            0..5usize,
+            mostly(Just(1usize), vec![0]),
+            any::<(bool, bool, bool, bool)>(),
+        );
+        let optim = (
+            mostly(
+                select(vec![1e-3, 1e-2]),
+                vec![-1.0, 0.0, f64::NAN, f64::INFINITY],
+            ),
+            mostly(select(vec![0.0f32, 0.9]), vec![-0.1, 1.0, 1.5, f32::NAN]),
+            mostly(select(vec![0.5f32, 0.98]), vec![-0.1, 1.0]),
+            mostly(
+                select(vec![1e-9f32, 1e-6]),
+                vec![-1.0, 0.0, f32::NAN, f32::INFINITY],
+            ),
+            mostly(
+                select(vec![None, Some(1.0f32), Some(0.5)]),
+                vec![Some(-1.0), Some(0.0), Some(f32::NAN)],
+            ),
+            mostly(select(vec![0.0, 0.01]), vec![-1.0, f64::NAN]),
+            mostly(select(vec![0.0, 0.5, 1.0]), vec![-0.5, 1.5]),
+            (0..3usize, 0..3usize, any::<bool>()),
+        );
+        let run = (
+            mostly(1..3usize, vec![0]),
+            mostly(1..4usize, vec![0]),
+            mostly(1..4usize, vec![0]),
+            mostly(1..3usize, vec![0]),
+            0..3usize,
+            mostly(select(vec![0.0, 60.0]), vec![-1.0, f64::NAN]),
+        );
+        (task, model, optim, run).prop_map(|(task, model, optim, run)| {
+            let mut c = TrainConfig::default();
+            let (kind, seq_len, vocab, min_distance) = task;
+            c.task = TaskConfig {
+                kind: [
+                    TaskKind::Copy,
+                    TaskKind::Reverse,
+                    TaskKind::Sort,
+                    TaskKind::Context,
+                ][kind],
+                seq_len,
+                vocab,
+                min_distance,
+            };
+            let (n_heads, half_d_head, d_model, n_layers, d_ff, dropout, pos, table, flags) = model;
+            let (post, gelu, final_norm, scale_embedding) = flags;
+            // Heads of an even width (rotary needs one), unless the edge gives another width.
+            c.model.d_model = d_model.unwrap_or(n_heads * 2 * half_d_head);
+            c.model.n_heads = n_heads;
+            c.model.n_layers = n_layers;
+            c.model.d_ff = d_ff;
+            c.model.dropout = dropout;
+            let pos = [
+                PosName::None,
+                PosName::Sinusoidal,
+                PosName::Learned,
+                PosName::Rope,
+                PosName::Alibi,
+            ][pos];
+            // A learned table as long as the sequences, or (at the edge) one too short.
+            c.model.pos = pos.scheme((seq_len + table).saturating_sub(1));
+            c.model.norm = if post { Norm::Post } else { Norm::Pre };
+            c.model.activation = if gelu { Act::Gelu } else { Act::Relu };
+            c.model.final_norm = final_norm;
+            c.model.scale_embedding = scale_embedding;
+            let (lr, beta_1, beta_2, epsilon, grad_clip, weight_decay, final_fraction, rest) =
+                optim;
+            let (warmup, decay, adamw) = rest;
+            c.optim.lr = lr;
+            c.optim.beta_1 = beta_1;
+            c.optim.beta_2 = beta_2;
+            c.optim.epsilon = epsilon;
+            c.optim.grad_clip = grad_clip;
+            c.optim.weight_decay = weight_decay;
+            c.optim.final_fraction = final_fraction;
+            c.optim.warmup_steps = warmup;
+            c.optim.decay = [Decay::Constant, Decay::Linear, Decay::Cosine][decay];
+            c.optim.kind = if adamw {
+                OptimizerKind::Adamw
+            } else {
+                OptimizerKind::Adam
+            };
+            let (steps, batch_size, eval_sequences, eval_every, checkpoint_every, seconds) = run;
+            c.steps = steps;
+            c.batch_size = batch_size;
+            c.eval_sequences = eval_sequences;
+            c.eval_every = eval_every;
+            c.checkpoint_every = checkpoint_every;
+            c.checkpoint_seconds = seconds;
+            c
+        })
+    }
+
+    #[test]
+    fn validation_never_panics_and_what_it_accepts_trains_a_step() {
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        let config = Config {
+            cases: 16,
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let rng = TestRng::deterministic_rng(RngAlgorithm::ChaCha);
+        let mut runner = TestRunner::new_with_rng(config, rng);
+        let (accepted, refused) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        runner
+            .run(&any_config(), |mut config| {
+                let valid = config.validate();
+                refused.set(refused.get() + usize::from(valid.is_err()));
+                if valid.is_ok() {
+                    accepted.set(accepted.get() + 1);
+                    for_each_device(|d| {
+                        config.device = d.name.to_string();
+                        let options = RunOptions {
+                            stop_at: Some(1),
+                            ..quiet(None)
+                        };
+                        let summary = run_on(&config, d.device.clone(), &options)
+                            .unwrap_or_else(|e| panic!("{config:?}: {e}"));
+                        assert_eq!(summary.steps, 1);
+                    });
+                }
+                Ok(())
+            })
+            .expect("no configuration panics");
+        // Both halves of the property have cases.
+        let (accepted, refused) = (accepted.get(), refused.get());
+        assert!(
+            accepted > 0 && refused > 0,
+            "{accepted} accepted, {refused} refused"
+        );
     }
 
     #[test]
