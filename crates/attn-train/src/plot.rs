@@ -4,10 +4,10 @@
 //! Text is drawn with DejaVu Sans, compiled into the binary and registered with plotters'
 //! `ab_glyph` backend, so the plots look the same on a machine with no fonts installed.
 
-use std::path::Path;
-use std::sync::OnceLock;
 use plotters::coord::Shift;
 use std::ops::Range;
+use std::path::Path;
+use std::sync::OnceLock;
 
 use plotters::coord::combinators::LogCoord;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter};
@@ -234,7 +234,10 @@ pub fn curves(
         let range = (y_min * 0.8).max(1e-9)..y_max * 1.25;
         let y_ticks = log_ticks(range.start, range.end);
         let mut chart = builder
-            .build_cartesian_2d(x_range, Ticked::new(LogCoord::from(range.log_scale()), &y_ticks))
+            .build_cartesian_2d(
+                x_range,
+                Ticked::new(LogCoord::from(range.log_scale()), &y_ticks),
+            )
             .map_err(|e| fail(e.to_string()))?;
         draw_series(&mut chart, series, y_label, (&x_ticks, &y_ticks), &fail)?;
     } else {
@@ -594,10 +597,8 @@ fn draw_heatmap(
     let (tick, gap) = (TICK as i32, GAP as i32);
     let centre_x = x0 + side / 2;
 
-    let caption = TextStyle::from((FAMILY, layout.caption).into_font()).pos(Pos::new(
-        HPos::Center,
-        VPos::Top,
-    ));
+    let caption = TextStyle::from((FAMILY, layout.caption).into_font())
+        .pos(Pos::new(HPos::Center, VPos::Top));
     area.draw(&Text::new(title.to_string(), (centre_x, 8), caption))
         .map_err(err)?;
 
@@ -605,8 +606,11 @@ fn draw_heatmap(
         for j in 0..seq_len {
             let (x, y) = (x0 + j as i32 * cell, y0 + i as i32 * cell);
             let color = weight_color(weights[i * seq_len + j]);
-            area.draw(&Rectangle::new([(x, y), (x + cell, y + cell)], color.filled()))
-                .map_err(err)?;
+            area.draw(&Rectangle::new(
+                [(x, y), (x + cell, y + cell)],
+                color.filled(),
+            ))
+            .map_err(err)?;
         }
     }
     let frame = [(x0 - 1, y0 - 1), (x0 + side, y0 + side)];
@@ -673,7 +677,13 @@ fn draw_heatmap(
     ))
     .map_err(err)?;
     let bar_label = TextStyle::from(font).pos(Pos::new(HPos::Left, VPos::Center));
-    for (w, text) in [(0.0, "0"), (0.25, "0.25"), (0.5, "0.5"), (0.75, "0.75"), (1.0, "1")] {
+    for (w, text) in [
+        (0.0, "0"),
+        (0.25, "0.25"),
+        (0.5, "0.5"),
+        (0.75, "0.75"),
+        (1.0, "1"),
+    ] {
         let y = y0 + ((1.0 - w) * (side - 1) as f64).round() as i32;
         area.draw(&PathElement::new(
             vec![(bar_x + bar, y), (bar_x + bar + tick, y)],
@@ -728,11 +738,25 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let weights = [0.25_f32; 16];
-        heatmap(&dir.join("head.png"), "layer 0, head 0", &weights, &tokens, &[1]).expect("heatmap");
+        heatmap(
+            &dir.join("head.png"),
+            "layer 0, head 0",
+            &weights,
+            &tokens,
+            &[1],
+        )
+        .expect("heatmap");
         let maps: Vec<_> = (0..2)
             .flat_map(|l| (0..3).map(move |h| (l, h, vec![0.25_f32; 16])))
             .collect();
-        heatmap_grid(&dir.join("heads.png"), "every head", &maps, &tokens, &[1, 2]).expect("grid");
+        heatmap_grid(
+            &dir.join("heads.png"),
+            "every head",
+            &maps,
+            &tokens,
+            &[1, 2],
+        )
+        .expect("grid");
         for f in ["loss.png", "accuracy.png", "head.png", "heads.png"] {
             assert!(is_png(&dir.join(f)), "{f} is not a PNG");
         }
@@ -776,19 +800,28 @@ mod tests {
             for (v, label) in &ticks.0 {
                 assert!((lo..=hi).contains(v), "{lo}..{hi}: {v} outside");
                 let read: f64 = label.parse().expect("a number");
-                assert!((read - v).abs() <= 1e-9 * v.abs(), "{label} reads {read}, is {v}");
+                assert!(
+                    (read - v).abs() <= 1e-9 * v.abs(),
+                    "{label} reads {read}, is {v}"
+                );
             }
         }
         let decades = log_ticks(0.02, 3.0);
         let labels: Vec<&str> = decades.0.iter().map(|(_, l)| l.as_str()).collect();
-        assert!(labels.contains(&"0.1") && labels.contains(&"1"), "{labels:?}");
+        assert!(
+            labels.contains(&"0.1") && labels.contains(&"1"),
+            "{labels:?}"
+        );
 
         let steps = step_ticks(600.0);
         let labels: Vec<&str> = steps.0.iter().map(|(_, l)| l.as_str()).collect();
         assert_eq!(labels, ["0", "100", "200", "300", "400", "500", "600"]);
         for x_max in [3.0, 16.0, 250.0, 2000.0, 7919.0] {
             let ticks = step_ticks(x_max);
-            assert!(ticks.0.len() >= 2 && ticks.0.len() <= 9, "{x_max}: {ticks:?}");
+            assert!(
+                ticks.0.len() >= 2 && ticks.0.len() <= 9,
+                "{x_max}: {ticks:?}"
+            );
             assert!(ticks.0.iter().all(|(v, l)| *v <= x_max && !l.contains('.')));
         }
         let accuracy = linear_ticks(0.0, 1.0, 6);
@@ -847,7 +880,10 @@ mod tests {
             let y = y0 + layout.centre(query) as u32;
             let band = (x0 - TICK - GAP - layout.label)..(x0 - TICK - GAP);
             let dark = band.flat_map(|x| (y - 3..=y + 3).map(move |y| (x, y)));
-            assert!(dark.filter(|&(x, y)| ink(at(x, y))).count() > 3, "query {query}");
+            assert!(
+                dark.filter(|&(x, y)| ink(at(x, y))).count() > 3,
+                "query {query}"
+            );
         }
         // The key labels start below the ticks' ends: the row just past the ticks is blank.
         let below = y0 + layout.side() + TICK + 1;

@@ -21,9 +21,9 @@ use attn_model::TokenEncoder;
 use attn_testing::{SeededRng, TestDevice, devices, for_each_device};
 use attn_train::config::PosName;
 use attn_train::evaluate::{eval_set, evaluate};
+use attn_train::inspect::{attention_maps, cue_hits, head_distance};
 use attn_train::loss::{loss_function, token_loss};
 use attn_train::random::{self, Rng, Stream};
-use attn_train::inspect::{attention_maps, cue_hits, head_distance};
 use attn_train::tasks::{Batch, TaskConfig, TaskKind};
 use attn_train::{RunOptions, TrainConfig, checkpoint, train};
 use burn::module::Module;
@@ -303,7 +303,12 @@ fn meaning_depends_on_the_neighbours() {
 
 /// The context task at `seq_len` tokens with the cue's distance from the ambiguous word in
 /// `distances`: the task's own sentences, those at other distances left out.
-fn sentences(task: &TaskConfig, distances: &RangeInclusive<usize>, n: usize, rng: &mut Rng) -> Batch {
+fn sentences(
+    task: &TaskConfig,
+    distances: &RangeInclusive<usize>,
+    n: usize,
+    rng: &mut Rng,
+) -> Batch {
     let mut kept = Vec::with_capacity(n);
     while kept.len() < n {
         let one = task.batch(1, rng);
@@ -351,7 +356,8 @@ fn steps_to_learn(
         let warm = (step as f64 / config.optim.warmup_steps.max(1) as f64).min(1.0);
         model = optim.step(config.optim.lr * warm, model, grads);
         if step % config.eval_every == 0 {
-            let m = evaluate(&model.valid(), task, &held_out, &loss_fn, &d.device).expect("evaluates");
+            let m =
+                evaluate(&model.valid(), task, &held_out, &loss_fn, &d.device).expect("evaluates");
             accuracy = m.token_accuracy;
             if accuracy >= threshold {
                 return (Some(step), accuracy);
@@ -493,7 +499,11 @@ fn scaling_keeps_softmax_trainable() {
             band(|r| r.3),
             1.25,
         );
-        claim.at_most("scaled, every d_head: mean largest weight", table.iter().map(|r| r.2).fold(0.0, f64::max), 0.5);
+        claim.at_most(
+            "scaled, every d_head: mean largest weight",
+            table.iter().map(|r| r.2).fold(0.0, f64::max),
+            0.5,
+        );
         claim.finish();
     });
 }
