@@ -36,6 +36,7 @@ use attn::model::TokenEncoder;
 use attn::train::backend;
 use attn::train::checkpoint::{self, CHECKPOINTS};
 use attn::train::config::TrainConfig;
+use attn::train::inspect::marked_positions;
 use attn::train::plot::heatmap_grid;
 use attn::train::random::Rng;
 use attn::train::run_dir::read_config;
@@ -115,7 +116,8 @@ fn main() -> Result<()> {
 
     let out = args.out.unwrap_or_else(|| args.dir.join("heads.png"));
     let title = format!("{} — {}", config.task.kind, checkpoint_name(&checkpoint));
-    heatmap_grid(&out, &title, &maps, &names)?;
+    let marked = marked_positions(&config.task, &tokens);
+    heatmap_grid(&out, &title, &maps, &names, &marked)?;
     println!("wrote {}", out.display());
     Ok(())
 }

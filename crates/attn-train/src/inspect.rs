@@ -100,6 +100,107 @@ pub fn cue_attention(
     Ok(sums.into_iter().map(|s| s / n.max(1) as f64).collect())
 }
 
+/// The positions of `tokens` a heatmap always names: on the `context` task the ambiguous
+/// word and its cue; none on the other tasks.
+pub fn marked_positions(task: &TaskConfig, tokens: &[i64]) -> Vec<usize> {
+    task.cue_positions(tokens)
+        .map_or_else(Vec::new, |at| vec![at.word, at.cue])
+}
+
+/// How one head treats the `context` task's cue, over held-out sentences.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeadCue {
+    /// The fraction of sentences in which the head's largest weight from the ambiguous word
+    /// lands on the cue.
+    pub hit_rate: f64,
+    /// The mean weight the head gives from the ambiguous word to the cue (a uniform head would
+    /// give `1 / seq_len`).
+    pub mean_weight: f64,
+}
+
+/// Per layer and head, how often the largest weight from the ambiguous word lands on its cue,
+/// and how large the weight on the cue is, over the first `limit` sequences of `batch` that
+/// hold both words. Meaningful for the `context` task only; other tasks give empty layers.
+///
+/// # Errors
+///
+/// As [`attention_maps`].
+pub fn cue_hits(
+    model: &TokenEncoder,
+    task: &TaskConfig,
+    batch: &Batch,
+    limit: usize,
+    device: &Device,
+) -> Result<Vec<Vec<HeadCue>>, TrainError> {
+    let mut hits: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut seen = 0usize;
+    for b in 0..batch.batch {
+        if seen == limit {
+            break;
+        }
+        let tokens = batch.sequence(b);
+        let Some(at) = task.cue_positions(tokens) else {
+            continue;
+        };
+        seen += 1;
+        let layers = attention_maps(model, tokens, device)?;
+        hits.resize_with(layers.len(), Vec::new);
+        for (sums, layer) in hits.iter_mut().zip(&layers) {
+            sums.resize(layer.n_heads, (0.0, 0.0));
+            for (head, sum) in sums.iter_mut().enumerate() {
+                let row = &layer.head(head)[at.word * layer.seq_len..][..layer.seq_len];
+                if strongest(row) == at.cue {
+                    sum.0 += 1.0;
+                }
+                sum.1 += f64::from(row[at.cue]);
+            }
+        }
+    }
+    let n = seen.max(1) as f64;
+    Ok(hits
+        .into_iter()
+        .map(|layer| {
+            layer
+                .into_iter()
+                .map(|(hit, weight)| HeadCue {
+                    hit_rate: hit / n,
+                    mean_weight: weight / n,
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// The position of the largest weight of a row (the first, on ties).
+pub fn strongest(row: &[f32]) -> usize {
+    row.iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |best, (j, &w)| {
+            if w > best.1 { (j, w) } else { best }
+        })
+        .0
+}
+
+/// How differently heads `a` and `b` of one layer attend: the mean over queries of the total
+/// variation distance `½ Σ_key |w_a − w_b|` between their rows of weights. 0 for heads that
+/// attend alike, 1 for heads that never look at the same key.
+pub fn head_distance(layer: &LayerWeights, a: usize, b: usize) -> f64 {
+    let seq_len = layer.seq_len;
+    let total: f64 = layer
+        .head(a)
+        .chunks(seq_len)
+        .zip(layer.head(b).chunks(seq_len))
+        .map(|(x, y)| {
+            0.5 * x
+                .iter()
+                .zip(y)
+                .map(|(p, q)| f64::from((p - q).abs()))
+                .sum::<f64>()
+        })
+        .sum();
+    total / seq_len.max(1) as f64
+}
+
 /// One heatmap per layer and head of `model`'s attention on `tokens`, into the run folder's
 /// attention folder.
 ///
@@ -115,11 +216,12 @@ pub fn draw_heads(
     device: &Device,
 ) -> Result<(), TrainError> {
     let names: Vec<String> = tokens.iter().map(|&t| task.token_name(t)).collect();
+    let marked = marked_positions(task, tokens);
     for (layer, weights) in attention_maps(model, tokens, device)?.iter().enumerate() {
         for head in 0..weights.n_heads {
             let title = format!("{}: layer {layer}, head {head}", task.kind);
             let path = run_dir.head_heatmap(layer, head)?;
-            plot::heatmap(&path, &title, weights.head(head), &names)?;
+            plot::heatmap(&path, &title, weights.head(head), &names, &marked)?;
         }
     }
     Ok(())

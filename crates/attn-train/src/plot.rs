@@ -4,13 +4,18 @@
 //! Text is drawn with DejaVu Sans, compiled into the binary and registered with plotters'
 //! `ab_glyph` backend, so the plots look the same on a machine with no fonts installed.
 
+use plotters::coord::Shift;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use plotters::coord::Shift;
-use plotters::coord::ranged1d::{SegmentValue, ValueFormatter};
+use plotters::coord::combinators::LogCoord;
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
+use plotters::drawing::DrawingAreaErrorKind;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{FontStyle, register_font};
 
 use crate::error::TrainError;
@@ -55,7 +60,142 @@ pub struct Series<'a> {
     pub color: RGBColor,
 }
 
+/// Tick values for an axis: where the ticks stand, and what each one reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ticks(pub Vec<(f64, String)>);
+
+impl Ticks {
+    /// The tick values alone.
+    pub fn values(&self) -> Vec<f64> {
+        self.0.iter().map(|(v, _)| *v).collect()
+    }
+
+    /// The label of the tick at `value` (plotters hands the formatter the tick's value back).
+    fn label(&self, value: f64) -> String {
+        self.0
+            .iter()
+            .find(|(v, _)| (v - value).abs() <= 1e-9 * v.abs().max(1e-300))
+            .map_or_else(|| format!("{value}"), |(_, l)| l.clone())
+    }
+}
+
+/// A plotters axis over `inner` whose ticks stand exactly at chosen values.
+struct Ticked<R> {
+    inner: R,
+    ticks: Vec<f64>,
+}
+
+impl<R> Ticked<R> {
+    fn new(inner: R, ticks: &Ticks) -> Self {
+        Self {
+            inner,
+            ticks: ticks.values(),
+        }
+    }
+}
+
+impl<R: Ranged<ValueType = f64>> Ranged for Ticked<R> {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        // Bold points carry the labels; there are no light ones.
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.inner.range()
+    }
+
+    fn axis_pixel_range(&self, limit: (i32, i32)) -> Range<i32> {
+        self.inner.axis_pixel_range(limit)
+    }
+}
+
+/// `m · 10^k` printed with just the decimals it needs: `0.05`, `2`, `300`, `1e-6`.
+fn format_tick(mantissa: i64, exponent: i32) -> String {
+    let value = mantissa as f64 * 10f64.powi(exponent);
+    if (-4..=5).contains(&exponent) {
+        format!("{value:.*}", usize::try_from(-exponent).unwrap_or(0))
+    } else {
+        format!("{mantissa}e{exponent}")
+    }
+}
+
+/// The step `m · 10^k` (`m` in 1, 2, 5) that fits at most about `most` ticks in `span`.
+fn nice_step(span: f64, most: usize) -> (i64, i32) {
+    let raw = (span / most.max(1) as f64).max(f64::MIN_POSITIVE);
+    let exponent = raw.log10().floor() as i32;
+    for m in [1, 2, 5] {
+        if m as f64 * 10f64.powi(exponent) >= raw * (1.0 - 1e-12) {
+            return (m, exponent);
+        }
+    }
+    (1, exponent + 1)
+}
+
+/// Ticks on a linear axis over `lo..=hi`: multiples of one step `1`, `2` or `5 · 10^k`, at most
+/// about `most` of them, each labelled with the decimals the step needs.
+pub fn linear_ticks(lo: f64, hi: f64, most: usize) -> Ticks {
+    let (m, exponent) = nice_step(hi - lo, most);
+    let step = m as f64 * 10f64.powi(exponent);
+    let first = (lo / step - 1e-9).ceil() as i64;
+    let last = (hi / step + 1e-9).floor() as i64;
+    Ticks(
+        (first..=last)
+            .map(|i| (i as f64 * step, format_tick(i * m, exponent)))
+            .collect(),
+    )
+}
+
+/// Ticks for the step axis: whole numbers from 0 to `x_max`, one step `1`, `2` or `5 · 10^k`
+/// apart, about eight of them.
+pub fn step_ticks(x_max: f64) -> Ticks {
+    let (m, exponent) = nice_step(x_max.max(1.0), 8);
+    let step = (m as f64 * 10f64.powi(exponent.max(0))).max(1.0) as i64;
+    let last = (x_max + 1e-9).floor() as i64;
+    Ticks(
+        (0..=last / step)
+            .map(|i| ((i * step) as f64, (i * step).to_string()))
+            .collect(),
+    )
+}
+
+/// Ticks on a log axis over `lo..=hi` (both positive): powers of ten, then `1, 2, 5` and then
+/// every `1..9` of each decade, whichever first gives three ticks; for a range narrower than
+/// that, linear ticks inside it. Always at least two labelled ticks.
+pub fn log_ticks(lo: f64, hi: f64) -> Ticks {
+    let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    for mantissas in [&[1][..], &[1, 2, 5], &[1, 2, 3, 4, 5, 6, 7, 8, 9]] {
+        let ticks: Vec<(f64, String)> = (first..=last)
+            .flat_map(|k| mantissas.iter().map(move |&m| (m, k)))
+            .map(|(m, k)| (m as f64 * 10f64.powi(k), format_tick(m, k)))
+            .filter(|(v, _)| *v >= lo * (1.0 - 1e-9) && *v <= hi * (1.0 + 1e-9))
+            .collect();
+        if ticks.len() >= 3 && ticks.len() <= 12 {
+            return Ticks(ticks);
+        }
+    }
+    let linear = linear_ticks(lo, hi, 4);
+    if linear.0.len() >= 2 {
+        linear
+    } else {
+        linear_ticks(lo, hi, 8)
+    }
+}
+
 /// Draws `series` against the step into `path`, on a log scale when `log_y`.
+///
+/// Whatever the range, both axes carry labelled ticks: whole numbers for the step, and on a log
+/// axis that spans less than a decade, ticks inside the decade.
 ///
 /// # Errors
 ///
@@ -77,6 +217,7 @@ pub fn curves(
         .collect();
     let y_max = values.iter().copied().fold(f64::MIN, f64::max).max(1e-6);
     let y_min = values.iter().copied().fold(f64::MAX, f64::min).min(y_max);
+    let x_ticks = step_ticks(x_max);
 
     let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
@@ -84,43 +225,54 @@ pub fn curves(
     builder
         .caption(title, (FAMILY, 22))
         .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70);
+        // Room for half of the last step label, which is centred on the right edge.
+        .margin_right(36)
+        .x_label_area_size(44)
+        .y_label_area_size(76);
+    let x_range = Ticked::new(RangedCoordf64::from(0.0..x_max), &x_ticks);
     if log_y {
         let range = (y_min * 0.8).max(1e-9)..y_max * 1.25;
+        let y_ticks = log_ticks(range.start, range.end);
         let mut chart = builder
-            .build_cartesian_2d(0.0..x_max, range.log_scale())
+            .build_cartesian_2d(
+                x_range,
+                Ticked::new(LogCoord::from(range.log_scale()), &y_ticks),
+            )
             .map_err(|e| fail(e.to_string()))?;
-        draw_series(&mut chart, series, y_label, &fail)?;
+        draw_series(&mut chart, series, y_label, (&x_ticks, &y_ticks), &fail)?;
     } else {
         let range = y_min.min(0.0)..(y_max * 1.05).max(1.0);
+        let y_ticks = linear_ticks(range.start, range.end, 6);
         let mut chart = builder
-            .build_cartesian_2d(0.0..x_max, range)
+            .build_cartesian_2d(x_range, Ticked::new(RangedCoordf64::from(range), &y_ticks))
             .map_err(|e| fail(e.to_string()))?;
-        draw_series(&mut chart, series, y_label, &fail)?;
+        draw_series(&mut chart, series, y_label, (&x_ticks, &y_ticks), &fail)?;
     }
     root.present().map_err(|e| fail(e.to_string()))
 }
 
 /// Draws the mesh, the lines and the legend of a curve plot.
-fn draw_series<'a, Y>(
-    chart: &mut ChartContext<
-        'a,
-        BitMapBackend<'a>,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, Y>,
-    >,
+fn draw_series<'a, X, Y>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, Cartesian2d<X, Y>>,
     series: &[Series<'_>],
     y_label: &str,
+    (x_ticks, y_ticks): (&Ticks, &Ticks),
     fail: &impl Fn(String) -> TrainError,
 ) -> Result<(), TrainError>
 where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
     Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
     chart
         .configure_mesh()
         .x_desc("step")
         .y_desc(y_label)
+        .x_label_formatter(&|v| x_ticks.label(*v))
+        .y_label_formatter(&|v| y_ticks.label(*v))
         .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .light_line_style(WHITE)
+        .bold_line_style(BLACK.mix(0.12))
         .draw()
         .map_err(|e| fail(e.to_string()))?;
     for s in series {
@@ -214,8 +366,132 @@ fn weight_color(w: f32) -> RGBColor {
     ViridisRGB::get_color(w)
 }
 
+/// Which tokens of a heatmap's axes carry a label: every `every`-th, and every marked one
+/// (the task's positions that matter, such as the ambiguous word and its cue), except regular
+/// ones that would crowd a marked one.
+fn labelled(seq_len: usize, every: usize, marked: &[usize]) -> Vec<(usize, bool)> {
+    (0..seq_len)
+        .filter_map(|i| {
+            if marked.contains(&i) {
+                Some((i, true))
+            } else if i % every == 0 && marked.iter().all(|&m| m.abs_diff(i) * 2 > every) {
+                Some((i, false))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Where everything of one heatmap stands, in pixels from the top left of its area.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    /// Side of one token's cell.
+    cell: u32,
+    /// Label font size.
+    font: u32,
+    /// Caption font size.
+    caption: u32,
+    /// Axis description font size.
+    desc: u32,
+    /// Width of the widest label.
+    label: u32,
+    /// Tokens on each axis.
+    seq_len: usize,
+}
+
+/// Tick mark length, and the gap between a tick's end and its label.
+const TICK: u32 = 4;
+const GAP: u32 = 3;
+/// Width of the colour bar, and the gap between the map and the bar.
+const BAR: u32 = 14;
+const BAR_GAP: u32 = 14;
+
+impl Layout {
+    fn side(&self) -> u32 {
+        self.cell * self.seq_len as u32
+    }
+    /// Left edge of the map: the axis description, the labels, the ticks.
+    fn x0(&self) -> u32 {
+        8 + self.desc + 6 + self.label + GAP + TICK
+    }
+    /// Top edge of the map, under the caption.
+    fn y0(&self) -> u32 {
+        8 + self.caption + 10
+    }
+    fn bar_x(&self) -> u32 {
+        self.x0() + self.side() + BAR_GAP
+    }
+    fn width(&self) -> u32 {
+        // The bar's labels: "0.75" in the label font.
+        self.bar_x() + BAR + GAP + TICK + 4 * self.font * 3 / 5 + 10
+    }
+    fn height(&self) -> u32 {
+        self.y0() + self.side() + TICK + GAP + self.label + 6 + self.desc + 8
+    }
+    /// The centre of token `i`'s cell along either axis, relative to the map's edge.
+    fn centre(&self, i: usize) -> i32 {
+        (i as u32 * self.cell + self.cell / 2) as i32
+    }
+}
+
+/// Label sizes: one large heatmap per picture, or many small panels.
+#[derive(Clone, Copy)]
+enum Labels {
+    Large,
+    Small,
+}
+
+impl Labels {
+    /// The layout for `tokens` of which `shown` are labelled, the labels `every` cells apart.
+    fn layout(self, tokens: &[String], shown: &[(usize, bool)], every: usize) -> Layout {
+        let seq_len = tokens.len().max(1);
+        let (area, caption, desc, largest) = match self {
+            Labels::Large => (640, 18, 14, 14),
+            Labels::Small => (300, 14, 12, 12),
+        };
+        let cell = (area / seq_len as u32).clamp(6, 40);
+        // A label fits in the space between two labelled cells.
+        let font = (cell * every as u32).saturating_sub(2).clamp(9, largest);
+        let label = shown
+            .iter()
+            .map(|&(i, _)| text_width(&tokens[i], font))
+            .max()
+            .unwrap_or(font);
+        Layout {
+            cell,
+            font,
+            caption,
+            desc,
+            label,
+            seq_len,
+        }
+    }
+
+    /// Label every this many tokens, so labels of this style are at least a line apart.
+    fn every(self, seq_len: usize) -> usize {
+        let (area, least): (u32, u32) = match self {
+            Labels::Large => (640, 13),
+            Labels::Small => (300, 11),
+        };
+        let cell = (area / seq_len.max(1) as u32).clamp(6, 40);
+        least.div_ceil(cell) as usize
+    }
+}
+
+/// The width of `text` in the bundled font at `size`, in pixels.
+fn text_width(text: &str, size: u32) -> u32 {
+    (FAMILY, size)
+        .into_font()
+        .box_size(text)
+        .map_or(text.chars().count() as u32 * size * 3 / 5, |(w, _)| w)
+}
+
 /// Draws one head's attention weights as a heatmap: row `i` (query, top to bottom) against
-/// column `j` (key, left to right), with `tokens` naming both axes.
+/// column `j` (key, left to right), with the tokens' words on both axes and a colour bar.
+///
+/// Short sequences name every token; long ones name every few, and always the positions in
+/// `marked` (drawn in red), such as the `context` task's ambiguous word and its cue.
 ///
 /// # Shapes
 ///
@@ -230,6 +506,7 @@ pub fn heatmap(
     title: &str,
     weights: &[f32],
     tokens: &[String],
+    marked: &[usize],
 ) -> Result<(), TrainError> {
     let fail = plot_error(path);
     ensure_font().map_err(&fail)?;
@@ -241,16 +518,18 @@ pub fn heatmap(
             seq_len * seq_len
         )));
     }
-    let cell = (640 / seq_len.max(1)).clamp(10, 40) as u32;
-    let side = cell * seq_len as u32;
-    let root = BitMapBackend::new(path, (side + 150, side + 150)).into_drawing_area();
+    let every = Labels::Large.every(seq_len);
+    let shown = labelled(seq_len, every, marked);
+    let layout = Labels::Large.layout(tokens, &shown, every);
+    let root = BitMapBackend::new(path, (layout.width(), layout.height())).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    draw_heatmap(&root, title, weights, tokens, Labels::Large).map_err(&fail)?;
+    draw_heatmap(&root, &layout, title, weights, tokens, &shown).map_err(&fail)?;
     root.present().map_err(|e| fail(e.to_string()))
 }
 
 /// One head's attention weights for every layer and head of a model, in one picture: a row
-/// per layer, a column per head, each panel drawn as [`heatmap`] draws one.
+/// per layer, a column per head, each panel drawn as [`heatmap`] draws one, with the same
+/// `marked` positions.
 ///
 /// # Shapes
 ///
@@ -266,8 +545,8 @@ pub fn heatmap_grid(
     title: &str,
     maps: &[(usize, usize, Vec<f32>)],
     tokens: &[String],
+    marked: &[usize],
 ) -> Result<(), TrainError> {
-    const PANEL: u32 = 330;
     let fail = plot_error(path);
     ensure_font().map_err(&fail)?;
     let seq_len = tokens.len();
@@ -278,107 +557,146 @@ pub fn heatmap_grid(
             seq_len * seq_len
         )));
     }
+    let every = Labels::Small.every(seq_len);
+    let shown = labelled(seq_len, every, marked);
+    let layout = Labels::Small.layout(tokens, &shown, every);
     let n_layers = maps.iter().map(|(l, _, _)| l + 1).max().unwrap_or(0);
     let n_heads = maps.iter().map(|(_, h, _)| h + 1).max().unwrap_or(0);
-    let size = (PANEL * n_heads as u32, PANEL * n_layers as u32 + 40);
+    let size = (
+        layout.width() * n_heads.max(1) as u32,
+        layout.height() * n_layers.max(1) as u32 + 40,
+    );
     let root = BitMapBackend::new(path, size).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
     let root = root
         .titled(title, (FAMILY, 22))
         .map_err(|e| fail(e.to_string()))?;
     let panels = root.split_evenly((n_layers.max(1), n_heads.max(1)));
-    for ((layer, head, w), panel) in maps.iter().zip(&panels) {
+    for (layer, head, w) in maps {
+        let panel = &panels[layer * n_heads + head];
         let panel_title = format!("layer {layer}, head {head}");
-        draw_heatmap(panel, &panel_title, w, tokens, Labels::Small).map_err(&fail)?;
+        draw_heatmap(panel, &layout, &panel_title, w, tokens, &shown).map_err(&fail)?;
     }
     root.present().map_err(|e| fail(e.to_string()))
 }
 
-/// Label sizes: one large heatmap per picture, or many small panels.
-#[derive(Clone, Copy)]
-enum Labels {
-    Large,
-    Small,
-}
-
+/// Draws one heatmap into `area` at `layout`: caption, cells, ticks and labels outside the
+/// map (labels a gap beyond the ticks' ends), axis descriptions, and the colour bar.
 fn draw_heatmap(
-    root: &DrawingArea<BitMapBackend<'_>, Shift>,
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    layout: &Layout,
     title: &str,
     weights: &[f32],
     tokens: &[String],
-    labels: Labels,
+    shown: &[(usize, bool)],
 ) -> Result<(), String> {
     let seq_len = tokens.len();
-    // Long sequences get position numbers, and only every few of them, instead of overlapping
-    // words.
-    let most = match labels {
-        Labels::Large => 32,
-        Labels::Small => 20,
-    };
-    let every = seq_len.div_ceil(most).max(1);
-    let label = |i: usize| {
-        if seq_len <= most {
-            tokens[i].clone()
-        } else {
-            i.to_string()
+    let err = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let (x0, y0) = (layout.x0() as i32, layout.y0() as i32);
+    let (side, cell) = (layout.side() as i32, layout.cell as i32);
+    let (tick, gap) = (TICK as i32, GAP as i32);
+    let centre_x = x0 + side / 2;
+
+    let caption = TextStyle::from((FAMILY, layout.caption).into_font())
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    area.draw(&Text::new(title.to_string(), (centre_x, 8), caption))
+        .map_err(err)?;
+
+    for i in 0..seq_len {
+        for j in 0..seq_len {
+            let (x, y) = (x0 + j as i32 * cell, y0 + i as i32 * cell);
+            let color = weight_color(weights[i * seq_len + j]);
+            area.draw(&Rectangle::new(
+                [(x, y), (x + cell, y + cell)],
+                color.filled(),
+            ))
+            .map_err(err)?;
         }
-    };
-    // Rows are drawn top-down, so the y axis counts from the bottom row upwards.
-    let name = |v: &SegmentValue<usize>, flip: bool| match v {
-        SegmentValue::CenterOf(i) if *i < seq_len && i % every == 0 => {
-            label(if flip { seq_len - 1 - i } else { *i })
-        }
-        _ => String::new(),
-    };
-    // Room for the longest label, written sideways under the x axis.
-    let longest = (0..seq_len)
-        .map(|i| label(i).chars().count())
-        .max()
-        .unwrap_or(1) as u32;
-    let (caption, font, desc) = match labels {
-        Labels::Large => (18, if seq_len > 32 { 10 } else { 13 }, 14),
-        Labels::Small => (15, 10, 11),
-    };
-    let label_area = longest * font * 3 / 5 + 12;
-    let last = seq_len.saturating_sub(1).max(1);
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, (FAMILY, caption))
-        .margin(8)
-        .x_label_area_size(label_area + desc)
-        .y_label_area_size(label_area + desc)
-        // A segmented range `0..=last` has one segment per value: one per token.
-        .build_cartesian_2d((0..last).into_segmented(), (0..last).into_segmented())
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_labels(seq_len)
-        .y_labels(seq_len)
-        .x_desc("key")
-        .y_desc("query")
-        .x_label_formatter(&|v| name(v, false))
-        .y_label_formatter(&|v| name(v, true))
-        .x_label_style(
-            TextStyle::from((FAMILY, font).into_font()).transform(FontTransform::Rotate90),
-        )
-        .y_label_style((FAMILY, font))
-        .axis_desc_style((FAMILY, desc))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    chart
-        .draw_series((0..seq_len).flat_map(|i| {
-            (0..seq_len).map(move |j| {
-                let y = seq_len - 1 - i;
-                Rectangle::new(
-                    [
-                        (SegmentValue::Exact(j), SegmentValue::Exact(y)),
-                        (SegmentValue::Exact(j + 1), SegmentValue::Exact(y + 1)),
-                    ],
-                    weight_color(weights[i * seq_len + j]).filled(),
-                )
-            })
-        }))
-        .map_err(|e| e.to_string())?;
+    }
+    let frame = [(x0 - 1, y0 - 1), (x0 + side, y0 + side)];
+    area.draw(&Rectangle::new(frame, BLACK.stroke_width(1)))
+        .map_err(err)?;
+
+    let font = (FAMILY, layout.font).into_font();
+    for &(i, marked) in shown {
+        let color = if marked { RED } else { BLACK };
+        let c = layout.centre(i);
+        let text = tokens[i].clone();
+        // Key labels under the map, reading downwards, starting a gap below the tick.
+        let bottom = y0 + side;
+        area.draw(&PathElement::new(
+            vec![(x0 + c, bottom), (x0 + c, bottom + tick)],
+            BLACK,
+        ))
+        .map_err(err)?;
+        let key = TextStyle::from(font.clone())
+            .color(&color)
+            .transform(FontTransform::Rotate90)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        area.draw(&Text::new(text.clone(), (x0 + c, bottom + tick + gap), key))
+            .map_err(err)?;
+        // Query labels left of the map, right-aligned a gap before the tick.
+        area.draw(&PathElement::new(
+            vec![(x0 - tick - 1, y0 + c), (x0 - 1, y0 + c)],
+            BLACK,
+        ))
+        .map_err(err)?;
+        let query = TextStyle::from(font.clone())
+            .color(&color)
+            .pos(Pos::new(HPos::Right, VPos::Center));
+        area.draw(&Text::new(text, (x0 - tick - gap - 1, y0 + c), query))
+            .map_err(err)?;
+    }
+
+    let desc = (FAMILY, layout.desc).into_font();
+    let key_y = y0 + side + tick + gap + layout.label as i32 + 6;
+    let key = TextStyle::from(desc.clone()).pos(Pos::new(HPos::Center, VPos::Top));
+    area.draw(&Text::new("key", (centre_x, key_y), key))
+        .map_err(err)?;
+    let query = TextStyle::from(desc)
+        .transform(FontTransform::Rotate270)
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    area.draw(&Text::new("query", (8, y0 + side / 2), query))
+        .map_err(err)?;
+
+    // The colour bar: weight 1 at the top, 0 at the bottom, one pixel row per shade.
+    let bar_x = layout.bar_x() as i32;
+    let bar = BAR as i32;
+    for p in 0..side {
+        let w = 1.0 - p as f32 / (side - 1).max(1) as f32;
+        let color = weight_color(w);
+        area.draw(&Rectangle::new(
+            [(bar_x, y0 + p), (bar_x + bar, y0 + p + 1)],
+            color.filled(),
+        ))
+        .map_err(err)?;
+    }
+    area.draw(&Rectangle::new(
+        [(bar_x - 1, y0 - 1), (bar_x + bar, y0 + side)],
+        BLACK.stroke_width(1),
+    ))
+    .map_err(err)?;
+    let bar_label = TextStyle::from(font).pos(Pos::new(HPos::Left, VPos::Center));
+    for (w, text) in [
+        (0.0, "0"),
+        (0.25, "0.25"),
+        (0.5, "0.5"),
+        (0.75, "0.75"),
+        (1.0, "1"),
+    ] {
+        let y = y0 + ((1.0 - w) * (side - 1) as f64).round() as i32;
+        area.draw(&PathElement::new(
+            vec![(bar_x + bar, y), (bar_x + bar + tick, y)],
+            BLACK,
+        ))
+        .map_err(err)?;
+        area.draw(&Text::new(
+            text,
+            (bar_x + bar + tick + gap, y),
+            bar_label.clone(),
+        ))
+        .map_err(err)?;
+    }
     Ok(())
 }
 
@@ -420,11 +738,25 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let weights = [0.25_f32; 16];
-        heatmap(&dir.join("head.png"), "layer 0, head 0", &weights, &tokens).expect("heatmap");
+        heatmap(
+            &dir.join("head.png"),
+            "layer 0, head 0",
+            &weights,
+            &tokens,
+            &[1],
+        )
+        .expect("heatmap");
         let maps: Vec<_> = (0..2)
             .flat_map(|l| (0..3).map(move |h| (l, h, vec![0.25_f32; 16])))
             .collect();
-        heatmap_grid(&dir.join("heads.png"), "every head", &maps, &tokens).expect("grid");
+        heatmap_grid(
+            &dir.join("heads.png"),
+            "every head",
+            &maps,
+            &tokens,
+            &[1, 2],
+        )
+        .expect("grid");
         for f in ["loss.png", "accuracy.png", "head.png", "heads.png"] {
             assert!(is_png(&dir.join(f)), "{f} is not a PNG");
         }
@@ -435,10 +767,10 @@ mod tests {
     fn heatmap_refuses_weights_of_the_wrong_size() {
         let dir = temp_dir("bad");
         let tokens = vec!["a".to_string(), "b".to_string()];
-        let err = heatmap(&dir.join("bad.png"), "t", &[1.0; 3], &tokens).expect_err("3 != 4");
+        let err = heatmap(&dir.join("bad.png"), "t", &[1.0; 3], &tokens, &[]).expect_err("3 != 4");
         assert!(err.to_string().contains("expected 4"), "{err}");
         let maps = vec![(0, 0, vec![0.5; 4]), (0, 1, vec![0.5; 5])];
-        let err = heatmap_grid(&dir.join("bad.png"), "t", &maps, &tokens).expect_err("5 != 4");
+        let err = heatmap_grid(&dir.join("bad.png"), "t", &maps, &tokens, &[]).expect_err("5 != 4");
         assert!(
             err.to_string().contains("layer 0, head 1: 5 weights"),
             "{err}"
@@ -457,5 +789,106 @@ mod tests {
             mid != weight_color(0.0) && mid != weight_color(1.0),
             "{mid:?}"
         );
+    }
+
+    #[test]
+    fn every_axis_gets_labelled_ticks_whatever_the_range() {
+        // A loss that stays inside one decade still gets labels inside it.
+        for (lo, hi) in [(0.4, 0.9), (0.31, 0.36), (1.2e-3, 1.9e-3), (0.02, 3.0)] {
+            let ticks = log_ticks(lo, hi);
+            assert!(ticks.0.len() >= 2, "{lo}..{hi}: {ticks:?}");
+            for (v, label) in &ticks.0 {
+                assert!((lo..=hi).contains(v), "{lo}..{hi}: {v} outside");
+                let read: f64 = label.parse().expect("a number");
+                assert!(
+                    (read - v).abs() <= 1e-9 * v.abs(),
+                    "{label} reads {read}, is {v}"
+                );
+            }
+        }
+        let decades = log_ticks(0.02, 3.0);
+        let labels: Vec<&str> = decades.0.iter().map(|(_, l)| l.as_str()).collect();
+        assert!(
+            labels.contains(&"0.1") && labels.contains(&"1"),
+            "{labels:?}"
+        );
+
+        let steps = step_ticks(600.0);
+        let labels: Vec<&str> = steps.0.iter().map(|(_, l)| l.as_str()).collect();
+        assert_eq!(labels, ["0", "100", "200", "300", "400", "500", "600"]);
+        for x_max in [3.0, 16.0, 250.0, 2000.0, 7919.0] {
+            let ticks = step_ticks(x_max);
+            assert!(
+                ticks.0.len() >= 2 && ticks.0.len() <= 9,
+                "{x_max}: {ticks:?}"
+            );
+            assert!(ticks.0.iter().all(|(v, l)| *v <= x_max && !l.contains('.')));
+        }
+        let accuracy = linear_ticks(0.0, 1.0, 6);
+        assert_eq!(accuracy.0.first().map(|t| t.0), Some(0.0));
+        assert_eq!(accuracy.0.last().map(|t| t.1.as_str()), Some("1.0"));
+    }
+
+    #[test]
+    fn heatmap_pixels_follow_the_weights() {
+        let dir = temp_dir("pixels");
+        let path = dir.join("head.png");
+        let tokens: Vec<String> = ["we", "eat", "a", "ripe", "apple"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let seq_len = tokens.len();
+        let mut weights = vec![0.2_f32; seq_len * seq_len];
+        // Row 0 one-hot on key 3; row 1 all zeros (a fully masked row).
+        weights[..seq_len].copy_from_slice(&[0.0, 0.0, 0.0, 1.0, 0.0]);
+        weights[seq_len..2 * seq_len].fill(0.0);
+        heatmap(&path, "pixels", &weights, &tokens, &[3, 4]).expect("heatmap");
+
+        let image = image::open(&path).expect("a PNG").to_rgb8();
+        let every = Labels::Large.every(seq_len);
+        let shown = labelled(seq_len, every, &[3, 4]);
+        let layout = Labels::Large.layout(&tokens, &shown, every);
+        assert_eq!(image.dimensions(), (layout.width(), layout.height()));
+        let (x0, y0) = (layout.x0(), layout.y0());
+        let at = |x: u32, y: u32| {
+            let p = image.get_pixel(x, y).0;
+            RGBColor(p[0], p[1], p[2])
+        };
+        let cell = |query: usize, key: usize| {
+            at(
+                x0 + layout.centre(key) as u32,
+                y0 + layout.centre(query) as u32,
+            )
+        };
+        let (top, bottom) = (weight_color(1.0), weight_color(0.0));
+        assert_eq!(cell(0, 3), top, "the one-hot weight");
+        for key in [0, 1, 2, 4] {
+            assert_eq!(cell(0, key), bottom, "row 0, key {key}");
+        }
+        for key in 0..seq_len {
+            assert_eq!(cell(1, key), bottom, "the zero row, key {key}");
+            assert_eq!(cell(2, key), weight_color(0.2), "row 2, key {key}");
+        }
+        // The colour bar runs from the top colour down to the bottom one.
+        let bar = layout.bar_x() + BAR / 2;
+        assert_eq!(at(bar, y0), top);
+        assert_eq!(at(bar, y0 + layout.side() - 1), bottom);
+
+        // Every token is named: dark pixels in each row's label band, left of the ticks.
+        let ink = |p: RGBColor| u32::from(p.0) + u32::from(p.1) + u32::from(p.2) < 3 * 160;
+        for query in 0..seq_len {
+            let y = y0 + layout.centre(query) as u32;
+            let band = (x0 - TICK - GAP - layout.label)..(x0 - TICK - GAP);
+            let dark = band.flat_map(|x| (y - 3..=y + 3).map(move |y| (x, y)));
+            assert!(
+                dark.filter(|&(x, y)| ink(at(x, y))).count() > 3,
+                "query {query}"
+            );
+        }
+        // The key labels start below the ticks' ends: the row just past the ticks is blank.
+        let below = y0 + layout.side() + TICK + 1;
+        let blank = (x0..x0 + layout.side()).all(|x| at(x, below) == WHITE);
+        assert!(blank, "a key label touches its tick");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }
