@@ -160,7 +160,12 @@ pub fn linear_ticks(lo: f64, hi: f64, most: usize) -> Ticks {
 /// apart, about eight of them.
 pub fn step_ticks(x_max: f64) -> Ticks {
     let (m, exponent) = nice_step(x_max.max(1.0), 8);
-    let step = (m as f64 * 10f64.powi(exponent.max(0))).max(1.0) as i64;
+    // Steps are whole numbers: below one, every step is labelled.
+    let step = if exponent < 0 {
+        1
+    } else {
+        (m as f64 * 10f64.powi(exponent)) as i64
+    };
     let last = (x_max + 1e-9).floor() as i64;
     Ticks(
         (0..=last / step)

@@ -258,7 +258,8 @@ fn flipped_bytes_in_each_checkpoint_file_are_detected_and_an_older_one_used() {
             assert_ne!(edited, text);
             std::fs::write(path, edited).expect("edited");
         };
-        let cases: [(&str, &dyn Fn(&Path)); 6] = [
+        type Spoil<'a> = &'a dyn Fn(&Path);
+        let cases: [(&str, Spoil); 6] = [
             ("model.bpk", &spoil_byte),
             ("optimizer.bpk", &spoil_byte),
             ("scheduler.bpk", &spoil_byte),
