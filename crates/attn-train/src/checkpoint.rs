@@ -5,7 +5,7 @@
 //! Layout under the output folder:
 //!
 //! ```text
-//! checkpoints/step-000500/model.bpk       burn record of the encoder (burnpack)
+//! checkpoints/step-000500/model.bpk       burn record of the model (burnpack)
 //! checkpoints/step-000500/optimizer.bpk   burn record of the optimizer state (Adam moments)
 //! checkpoints/step-000500/scheduler.bpk   burn record of the learning-rate scheduler
 //! checkpoints/step-000500/state.json      TrainState
@@ -18,7 +18,6 @@
 
 use std::path::{Path, PathBuf};
 
-use attn_model::TokenEncoder;
 use burn::module::Module;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
@@ -26,6 +25,7 @@ use burn::store::RecordError;
 use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
+use crate::model::Model;
 use crate::random::Rng;
 use crate::schedule::{LrSchedule, Scheduler};
 
@@ -58,8 +58,8 @@ pub struct TrainState {
 
 /// A loaded checkpoint.
 pub struct Checkpoint {
-    /// The encoder with the saved weights.
-    pub model: TokenEncoder,
+    /// The model with the saved weights.
+    pub model: Model,
     /// The optimizer with the saved state.
     pub optim: ModuleOptimizer,
     /// The learning-rate scheduler, positioned at the saved step.
@@ -77,7 +77,7 @@ pub struct Checkpoint {
 /// [`TrainError::Io`] when a file cannot be written.
 pub fn save(
     out: &Path,
-    model: &TokenEncoder,
+    model: &Model,
     optim: &ModuleOptimizer,
     scheduler: &Scheduler,
     state: &TrainState,
@@ -152,7 +152,7 @@ pub fn latest(out: &Path) -> Result<Option<PathBuf>, TrainError> {
 /// [`TrainError::Config`] when `schedule` cannot be built.
 pub fn load(
     dir: &Path,
-    model: TokenEncoder,
+    model: Model,
     optim: ModuleOptimizer,
     schedule: &LrSchedule,
     run: &serde_json::Value,
@@ -175,15 +175,7 @@ pub fn load(
         });
     }
 
-    let model_path = dir.join(MODEL_FILE);
-    let model = model.try_load_file(&model_path).map_err(|e| match e {
-        RecordError::Validation(reason) => TrainError::CheckpointMismatch {
-            path: model_path.clone(),
-            saved: format!("weights that do not fit this model ({reason})"),
-            current: run.to_string(),
-        },
-        RecordError::Io(reason) => corrupt(&model_path, reason),
-    })?;
+    let model = load_model(dir, model, run)?;
 
     let optim_path = dir.join(OPTIMIZER_FILE);
     let record =
@@ -215,6 +207,28 @@ pub fn load(
         scheduler,
         state,
         path: dir.to_path_buf(),
+    })
+}
+
+/// Loads the weights of the checkpoint in `dir` into a freshly built `model` of the run `run`
+/// (for generating from a trained run, or as part of [`load`]).
+///
+/// # Errors
+///
+/// [`TrainError::CorruptCheckpoint`] when the file is missing or unreadable,
+/// [`TrainError::CheckpointMismatch`] when the weights do not fit the model.
+pub fn load_model(dir: &Path, model: Model, run: &serde_json::Value) -> Result<Model, TrainError> {
+    let model_path = dir.join(MODEL_FILE);
+    model.try_load_file(&model_path).map_err(|e| match e {
+        RecordError::Validation(reason) => TrainError::CheckpointMismatch {
+            path: model_path.clone(),
+            saved: format!("weights that do not fit this model ({reason})"),
+            current: run.to_string(),
+        },
+        RecordError::Io(reason) => TrainError::CorruptCheckpoint {
+            path: model_path.clone(),
+            reason,
+        },
     })
 }
 

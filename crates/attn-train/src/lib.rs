@@ -8,6 +8,9 @@
 //! One module per job:
 //!
 //! - [`tasks`]: the synthetic tasks, and where the `context` task's cue stands;
+//! - [`model`]: the model a task trains (encoder, decoder-only or encoder-decoder), its
+//!   teacher-forced logits and its predictions, generated for the decoders;
+//! - [`generate`]: generation from a trained run's checkpoint, token by token;
 //! - [`config`]: the whole configuration, and the command line's overrides of it;
 //! - [`train`]: the loop, fresh or resumed;
 //! - [`loss`]: the objective, shared by training and evaluation;
@@ -40,10 +43,12 @@ pub mod evaluate;
 pub mod inspect;
 pub mod loss;
 pub mod metrics;
+pub mod model;
 pub mod plot;
 mod progress;
 pub mod random;
 pub mod run_dir;
+pub mod generate;
 pub mod schedule;
 pub mod tasks;
 pub mod train;

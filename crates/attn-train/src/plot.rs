@@ -245,7 +245,46 @@ pub fn heatmap(
     let side = cell * seq_len as u32;
     let root = BitMapBackend::new(path, (side + 150, side + 150)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    draw_heatmap(&root, title, weights, tokens, Labels::Large).map_err(&fail)?;
+    draw_heatmap(&root, title, weights, tokens, tokens, Labels::Large).map_err(&fail)?;
+    root.present().map_err(|e| fail(e.to_string()))
+}
+
+/// Draws one head's cross-attention weights as a heatmap: row `i` (a query, from the target,
+/// top to bottom) against column `j` (a key, from the source, left to right).
+///
+/// # Shapes
+///
+/// - weights: `[seq_len_q, seq_len_kv]` row-major, rows summing to 1
+/// - queries: `[seq_len_q]`; keys: `[seq_len_kv]`
+///
+/// # Errors
+///
+/// [`TrainError::Plot`] when the sizes disagree or the file cannot be drawn or written.
+pub fn cross_heatmap(
+    path: &Path,
+    title: &str,
+    weights: &[f32],
+    queries: &[String],
+    keys: &[String],
+) -> Result<(), TrainError> {
+    let fail = plot_error(path);
+    ensure_font().map_err(&fail)?;
+    let (seq_len_q, seq_len_kv) = (queries.len(), keys.len());
+    if weights.len() != seq_len_q * seq_len_kv {
+        return Err(fail(format!(
+            "{} weights for {seq_len_q} queries and {seq_len_kv} keys; expected {}",
+            weights.len(),
+            seq_len_q * seq_len_kv
+        )));
+    }
+    let cell = (640 / seq_len_q.max(seq_len_kv).max(1)).clamp(10, 40) as u32;
+    let size = (
+        cell * seq_len_kv as u32 + 150,
+        cell * seq_len_q as u32 + 150,
+    );
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+    draw_heatmap(&root, title, weights, queries, keys, Labels::Large).map_err(&fail)?;
     root.present().map_err(|e| fail(e.to_string()))
 }
 
@@ -289,7 +328,7 @@ pub fn heatmap_grid(
     let panels = root.split_evenly((n_layers.max(1), n_heads.max(1)));
     for ((layer, head, w), panel) in maps.iter().zip(&panels) {
         let panel_title = format!("layer {layer}, head {head}");
-        draw_heatmap(panel, &panel_title, w, tokens, Labels::Small).map_err(&fail)?;
+        draw_heatmap(panel, &panel_title, w, tokens, tokens, Labels::Small).map_err(&fail)?;
     }
     root.present().map_err(|e| fail(e.to_string()))
 }
@@ -305,59 +344,63 @@ fn draw_heatmap(
     root: &DrawingArea<BitMapBackend<'_>, Shift>,
     title: &str,
     weights: &[f32],
-    tokens: &[String],
+    queries: &[String],
+    keys: &[String],
     labels: Labels,
 ) -> Result<(), String> {
-    let seq_len = tokens.len();
+    let (seq_len_q, seq_len_kv) = (queries.len(), keys.len());
+    let longer = seq_len_q.max(seq_len_kv);
     // Long sequences get position numbers, and only every few of them, instead of overlapping
     // words.
     let most = match labels {
         Labels::Large => 32,
         Labels::Small => 20,
     };
-    let every = seq_len.div_ceil(most).max(1);
-    let label = |i: usize| {
-        if seq_len <= most {
+    let every = longer.div_ceil(most).max(1);
+    let label = |tokens: &[String], i: usize| {
+        if tokens.len() <= most {
             tokens[i].clone()
         } else {
             i.to_string()
         }
     };
     // Rows are drawn top-down, so the y axis counts from the bottom row upwards.
-    let name = |v: &SegmentValue<usize>, flip: bool| match v {
-        SegmentValue::CenterOf(i) if *i < seq_len && i % every == 0 => {
-            label(if flip { seq_len - 1 - i } else { *i })
+    let name = |v: &SegmentValue<usize>, tokens: &[String], flip: bool| match v {
+        SegmentValue::CenterOf(i) if *i < tokens.len() && i % every == 0 => {
+            label(tokens, if flip { tokens.len() - 1 - i } else { *i })
         }
         _ => String::new(),
     };
     // Room for the longest label, written sideways under the x axis.
-    let longest = (0..seq_len)
-        .map(|i| label(i).chars().count())
+    let longest = (0..seq_len_q)
+        .map(|i| label(queries, i).chars().count())
+        .chain((0..seq_len_kv).map(|j| label(keys, j).chars().count()))
         .max()
         .unwrap_or(1) as u32;
     let (caption, font, desc) = match labels {
-        Labels::Large => (18, if seq_len > 32 { 10 } else { 13 }, 14),
+        Labels::Large => (18, if longer > 32 { 10 } else { 13 }, 14),
         Labels::Small => (15, 10, 11),
     };
     let label_area = longest * font * 3 / 5 + 12;
-    let last = seq_len.saturating_sub(1).max(1);
+    let last_q = seq_len_q.saturating_sub(1).max(1);
+    let last_kv = seq_len_kv.saturating_sub(1).max(1);
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FAMILY, caption))
         .margin(8)
         .x_label_area_size(label_area + desc)
         .y_label_area_size(label_area + desc)
         // A segmented range `0..=last` has one segment per value: one per token.
-        .build_cartesian_2d((0..last).into_segmented(), (0..last).into_segmented())
+        .build_cartesian_2d((0..last_kv).into_segmented(), (0..last_q).into_segmented())
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_labels(seq_len)
-        .y_labels(seq_len)
+        .x_labels(seq_len_kv)
+        .y_labels(seq_len_q)
         .x_desc("key")
         .y_desc("query")
-        .x_label_formatter(&|v| name(v, false))
-        .y_label_formatter(&|v| name(v, true))
+        .x_label_formatter(&|v| name(v, keys, false))
+        .y_label_formatter(&|v| name(v, queries, true))
         .x_label_style(
             TextStyle::from((FAMILY, font).into_font()).transform(FontTransform::Rotate90),
         )
@@ -366,15 +409,15 @@ fn draw_heatmap(
         .draw()
         .map_err(|e| e.to_string())?;
     chart
-        .draw_series((0..seq_len).flat_map(|i| {
-            (0..seq_len).map(move |j| {
-                let y = seq_len - 1 - i;
+        .draw_series((0..seq_len_q).flat_map(|i| {
+            (0..seq_len_kv).map(move |j| {
+                let y = seq_len_q - 1 - i;
                 Rectangle::new(
                     [
                         (SegmentValue::Exact(j), SegmentValue::Exact(y)),
                         (SegmentValue::Exact(j + 1), SegmentValue::Exact(y + 1)),
                     ],
-                    weight_color(weights[i * seq_len + j]).filled(),
+                    weight_color(weights[i * seq_len_kv + j]).filled(),
                 )
             })
         }))

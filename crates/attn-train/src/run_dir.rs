@@ -5,6 +5,7 @@
 //! DIR/metrics.csv                       one row per evaluation (crate::metrics)
 //! DIR/loss.png, DIR/accuracy.png        the curves (crate::plot)
 //! DIR/attention/layer<L>-head<H>.png    each head's weights on the first held-out sequence
+//! DIR/attention/cross-layer<L>-head<H>.png   each cross-attention head's (encoder-decoder)
 //! DIR/checkpoints/                      weights, optimizer and loop state (crate::checkpoint)
 //! ```
 
@@ -101,6 +102,16 @@ impl RunDir {
         let dir = self.root.join(ATTENTION_DIR);
         std::fs::create_dir_all(&dir).map_err(|e| TrainError::io("creating", &dir, e))?;
         Ok(dir.join(format!("layer{layer}-head{head}.png")))
+    }
+
+    /// `attention/cross-layer<layer>-head<head>.png`, its folder created if missing.
+    ///
+    /// # Errors
+    ///
+    /// [`TrainError::Io`] when the folder cannot be created.
+    pub fn cross_heatmap(&self, layer: usize, head: usize) -> Result<PathBuf, TrainError> {
+        let path = self.head_heatmap(layer, head)?;
+        Ok(path.with_file_name(format!("cross-layer{layer}-head{head}.png")))
     }
 
     /// Writes `config.json`.

@@ -5,11 +5,15 @@
 //! One update, for a batch `(x, y)` with `x, y: [batch, seq_len]`:
 //!
 //! ```text
-//! logits = encoder(x)                              [batch, seq_len, n_classes]
+//! logits = model(x)                                [batch, seq_len, n_classes]
 //! loss   = mean over scored positions of -log softmax(logits)[y]
 //! g      = clip(∇ loss, grad_clip)                 global L2 norm
 //! θ      = Adam(θ, g, lr(step))
 //! ```
+//!
+//! The model is the task's ([`crate::model::Model`]): an encoder classifying each position, or a
+//! decoder (decoder-only, or reading an encoder's output) trained with teacher forcing, `x` the
+//! text and `y` the text shifted by one.
 //!
 //! The pieces live by job: the objective in [`crate::loss`], the held-out set and its metrics
 //! in [`crate::evaluate`], the attention heatmaps and cue weights in [`crate::inspect`], the
@@ -26,7 +30,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use attn_model::TokenEncoder;
 use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer};
@@ -41,6 +44,7 @@ use crate::evaluate::{eval_set, evaluate};
 use crate::inspect;
 use crate::loss::{loss_function, token_loss, value_of};
 use crate::metrics::{EvalMetrics, MetricsLog, MetricsRow};
+use crate::model::Model;
 use crate::plot;
 use crate::progress::Progress;
 use crate::random::{self, Rng, Stream};
@@ -130,7 +134,7 @@ pub fn resume(
 
 /// Where a run starts: afresh, or from the newest checkpoint of its folder.
 struct Start {
-    model: TokenEncoder,
+    model: Model,
     optim: ModuleOptimizer,
     scheduler: Scheduler,
     state: TrainState,
@@ -150,7 +154,7 @@ fn start(
     let schedule = config.schedule();
     train_device.seed(random::init_seed(config.seed));
     let mut start = Start {
-        model: config.encoder_config().init(train_device)?,
+        model: Model::init(config, train_device)?,
         optim: optimizer(&config.optim),
         scheduler: schedule.scheduler()?,
         state: TrainState {
@@ -236,7 +240,7 @@ pub fn run_on(
         .stop_at
         .map_or(config.steps, |s| s.min(config.steps));
     let progress = Progress::new(options.progress, state.step, config.steps);
-    let tokens_per_batch = (config.batch_size * task.seq_len) as u64;
+    let tokens_per_batch = (config.batch_size * task.model_seq_len()) as u64;
 
     let mut loss_sum = 0.0;
     let mut loss_count = 0usize;
@@ -252,7 +256,7 @@ pub fn run_on(
         // Dropout draws from the backend's generator: reseeding it per step makes the masks a
         // function of (seed, step), whatever ran before.
         train_device.seed(random::dropout_seed(config.seed, step));
-        let logits = model.forward(batch.tokens_tensor(&train_device)); // [batch, seq_len, n_classes]
+        let logits = model.logits(&batch, &train_device)?; // [batch, seq_len, n_classes]
         let loss = token_loss(&loss_fn, logits, batch.targets_tensor(&train_device));
         let loss_value = value_of(loss.clone())?;
         if !loss_value.is_finite() {
@@ -331,10 +335,15 @@ pub fn run_on(
     {
         plot::loss_curve(&dir.loss_plot(), &log)?;
         plot::accuracy_curve(&dir.accuracy_plot(), &log)?;
-        inspect::draw_heads(dir, &valid, task, eval_set[0].sequence(0), &device)?;
+        inspect::draw_heads(dir, &valid, task, &eval_set[0], &device)?;
     }
-    let cue_attention = match task.kind {
-        TaskKind::Context => Some(inspect::cue_attention(&valid, task, &eval_set[0], &device)?),
+    let cue_attention = match (task.kind, &valid) {
+        (TaskKind::Context, Model::Encoder(encoder)) => Some(inspect::cue_attention(
+            encoder,
+            task,
+            &eval_set[0],
+            &device,
+        )?),
         _ => None,
     };
 
@@ -399,6 +408,7 @@ mod tests {
                 seq_len: 5,
                 vocab: 3,
                 min_distance: 1,
+                digits: 2,
             },
             ..TrainConfig::default()
         };
