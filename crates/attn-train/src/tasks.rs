@@ -720,6 +720,8 @@ fn context_token(word: &str) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
     use crate::random::Rng;
 
@@ -813,6 +815,102 @@ mod tests {
             ..task
         };
         assert_eq!(reverse.cue_positions(&tokens), None);
+    }
+
+    fn add(digits: usize) -> TaskConfig {
+        TaskConfig {
+            kind: TaskKind::Add,
+            digits,
+            ..TaskConfig::default()
+        }
+    }
+
+    fn names(task: &TaskConfig, tokens: &[i64]) -> String {
+        tokens.iter().map(|&t| task.token_name(t)).collect()
+    }
+
+    #[test]
+    fn add_text_is_the_padded_prompt_then_the_sum_backwards() {
+        let task = add(3);
+        assert_eq!(names(&task, &task.add_text(123, 45)), "123+045=8610");
+        assert_eq!(names(&task, &task.add_text(999, 999)), "999+999=8991");
+        assert_eq!(task.add_prompt("123+45="), Ok(task.add_text(123, 45)[..8].to_vec()));
+        assert_eq!(task.add_prompt(" 7+8 "), Ok(task.add_text(7, 8)[..8].to_vec()));
+        assert!(task.add_prompt("1234+5=").is_err());
+        assert!(task.add_prompt("12-5=").is_err());
+        assert_eq!(task.read_add_answer(&task.add_text(123, 45)[8..]), Some(168));
+    }
+
+    #[test]
+    fn add_rows_score_only_the_answer_shifted_by_one() {
+        let task = add(2);
+        assert_eq!((task.prompt_len(), task.answer_len(), task.model_seq_len()), (6, 3, 8));
+        let mut rng = Rng::new(5);
+        let batch = task.batch(40, &mut rng);
+        assert_eq!(batch.seq_len, 8);
+        for b in 0..batch.batch {
+            let x = batch.sequence(b);
+            let y = &batch.targets[b * 8..(b + 1) * 8];
+            let number = |digits: &[i64]| digits.iter().fold(0, |n, &t| n * 10 + (t - 1) as u64);
+            let (a, c) = (number(&x[0..2]), number(&x[3..5]));
+            assert_eq!((x[2], x[5]), (PLUS, EQUALS), "{}", names(&task, x));
+            let text = task.add_text(a, c);
+            assert_eq!(x, &text[..8]);
+            assert!(y[..5].iter().all(|&t| t == IGNORED as i64), "{y:?}");
+            assert_eq!(&y[5..], &text[6..]);
+            assert_eq!(task.read_add_answer(&y[5..]), Some(a + c));
+        }
+    }
+
+    #[test]
+    fn held_out_prompts_never_appear_in_training_batches() {
+        for task in [
+            add(2),
+            TaskConfig {
+                kind: TaskKind::Translate,
+                seq_len: 3,
+                ..TaskConfig::default()
+            },
+        ] {
+            let mut rng = Rng::new(6);
+            let held_out = task.batch_from(Split::HeldOut, 300, &mut rng);
+            let train = task.batch(3000, &mut rng);
+            let prompt = |b: &Batch, i: usize| match task.kind {
+                TaskKind::Add => b.sequence(i)[..task.prompt_len()].to_vec(),
+                _ => b.source_sequence(i).to_vec(),
+            };
+            let held: HashSet<Vec<i64>> = (0..300).map(|i| prompt(&held_out, i)).collect();
+            let trained: HashSet<Vec<i64>> = (0..3000).map(|i| prompt(&train, i)).collect();
+            assert!(held.is_disjoint(&trained), "{}", task.kind);
+            // One in 50 of 10⁴ prompts (2-digit addition) or 10³ sources (3 digit words).
+            assert!(held.len() >= 10 && trained.len() > 900, "{} {}", held.len(), trained.len());
+            assert!(held.iter().all(|p| task.split_of(p) == Split::HeldOut));
+        }
+    }
+
+    #[test]
+    fn translate_targets_are_the_source_digits_backwards_after_a_start_token() {
+        let task = TaskConfig {
+            kind: TaskKind::Translate,
+            seq_len: 4,
+            ..TaskConfig::default()
+        };
+        let batch = task.batch(5, &mut Rng::new(7));
+        assert_eq!((batch.source_len, batch.seq_len), (4, 4));
+        for b in 0..5 {
+            let (source, x) = (batch.source_sequence(b), batch.sequence(b));
+            let y = &batch.targets[b * 4..(b + 1) * 4];
+            for i in 0..4 {
+                assert_eq!(y[i], source[3 - i] + 1);
+                assert_eq!(task.token_name(y[i]), source[3 - i].to_string());
+            }
+            assert_eq!(x[0], task.start_token());
+            assert_eq!(&x[1..], &y[..3]);
+        }
+        let words = task.translate_source("three one Four").expect("digit words");
+        assert_eq!(words, [3, 1, 4]);
+        assert_eq!(task.source_token_name(4), "four");
+        assert!(task.translate_source("three eleven").is_err());
     }
 
     #[test]

@@ -472,6 +472,63 @@ mod tests {
     }
 
     #[test]
+    fn generating_tasks_train_and_their_loss_falls() {
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        for_each_device(|d| {
+            for kind in [TaskKind::Add, TaskKind::Translate] {
+                let mut config = tiny(d, kind, 60);
+                config.task.seq_len = 4;
+                config.model.pos = PosName::Learned.scheme(config.task.model_seq_len());
+                config.model.d_model = 16;
+                config.model.dropout = 0.0;
+                config.batch_size = 16;
+                config.eval_every = 15;
+                config.eval_sequences = 8;
+                let one = TrainConfig {
+                    steps: 1,
+                    eval_every: 1,
+                    ..config.clone()
+                };
+                let first = run_on(&one, d.device.clone(), &quiet(None)).expect("one step");
+                assert_eq!(first.steps, 1);
+                let summary = run_on(&config, d.device.clone(), &quiet(None)).expect("trains");
+                let rows = &summary.history.rows;
+                assert_eq!(rows.len(), 4);
+                let (start, end) = (rows[0], rows[3]);
+                assert!(
+                    end.train_loss < 0.9 * start.train_loss && end.eval_loss < start.eval_loss,
+                    "{kind}: {start:?} -> {end:?}"
+                );
+                let m = summary.final_metrics;
+                assert!((0.0..=1.0).contains(&m.token_accuracy), "{kind}: {m:?}");
+                assert!(m.sequence_accuracy <= m.token_accuracy, "{kind}: {m:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_translate_run_writes_a_cross_attention_heatmap_per_head() {
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        let d = &attn_testing::devices()[0];
+        let mut config = tiny(d, TaskKind::Translate, 2);
+        config.task.seq_len = 4;
+        let out = temp_out("cross", d.name);
+        let options = RunOptions {
+            out: Some(out.clone()),
+            ..RunOptions::default()
+        };
+        run_on(&config, d.device.clone(), &options).expect("trains");
+        for f in [
+            "attention/layer0-head0.png",
+            "attention/cross-layer0-head0.png",
+            "attention/cross-layer0-head1.png",
+        ] {
+            assert!(out.join(f).is_file(), "{f} missing");
+        }
+        std::fs::remove_dir_all(out).expect("cleanup");
+    }
+
+    #[test]
     fn resumed_run_ends_like_an_unbroken_one() {
         let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
         for_each_device(|d| {
