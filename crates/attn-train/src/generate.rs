@@ -26,7 +26,8 @@ use crate::tasks::TaskKind;
 pub struct Request {
     /// The run folder: `config.json` and `checkpoints/`.
     pub run: PathBuf,
-    /// `add`: `a+b=`; `translate`: digit words separated by spaces.
+    /// `add`: `a+b=`; `translate`: as many digit words as the run's `seq_len`, separated by
+    /// spaces.
     pub prompt: String,
     /// New tokens at most; `None`: the length of the task's answer.
     pub max_new_tokens: Option<usize>,
@@ -99,10 +100,12 @@ pub fn generate(
         }
         Model::EncoderDecoder(model) => {
             let source = task.translate_source(&request.prompt).map_err(bad_prompt)?;
-            if source.is_empty() {
-                return Err(TrainError::Config(
-                    "the translate prompt has no words".to_string(),
-                ));
+            if source.len() != task.seq_len {
+                return Err(TrainError::Config(format!(
+                    "the run learned to translate {} digit words at a time; the prompt has {}",
+                    task.seq_len,
+                    source.len()
+                )));
             }
             let config = sampling(request, source.len());
             let prompt = Prompt::new(ids(vec![task.start_token()]));

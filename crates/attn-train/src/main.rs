@@ -64,7 +64,8 @@ struct GenerateArgs {
     /// The run folder to load (its config.json and newest checkpoint).
     #[arg(long, value_name = "DIR")]
     run: PathBuf,
-    /// add: two numbers, `123+456=`; translate: digit words, `three one four`.
+    /// add: two numbers, `123+456=`; translate: the run's seq_len digit words, `three one
+    /// four ...`.
     #[arg(long)]
     prompt: String,
     /// New tokens at most (default: the task's answer length).

@@ -86,12 +86,20 @@ fn generate_translates_digit_words_from_a_trained_translate_run() {
     let out = temp_out("translate");
     train("translate", &out);
     let dir = out.to_str().expect("UTF-8");
-    let output = run(&["generate", "--run", dir, "--prompt", "three one four"]);
+    let output = run(&["generate", "--run", dir, "--prompt", "three one four one"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    // One token per word; each a digit or the start token.
-    let tokens: Vec<&str> = stdout.lines().next().unwrap_or("").split_terminator("").collect();
-    assert!(!tokens.is_empty(), "{stdout:?}");
+    // One target token per source word: a digit, or the start token of an untrained model.
+    let line = stdout.lines().next().unwrap_or("");
+    let starts = line.matches("<s>").count();
+    let digits = line.replace("<s>", "").replace(' ', "");
+    assert!(digits.chars().all(|c| c.is_ascii_digit()), "{stdout:?}");
+    assert_eq!(digits.chars().count() + starts, 4, "{stdout:?}");
+
+    let short = run(&["generate", "--run", dir, "--prompt", "three one"]);
+    assert!(!short.status.success());
+    let stderr = String::from_utf8_lossy(&short.stderr);
+    assert!(stderr.contains("4 digit words at a time; the prompt has 2"), "{stderr}");
     std::fs::remove_dir_all(out).expect("cleanup");
 }
