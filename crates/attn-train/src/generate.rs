@@ -78,14 +78,9 @@ pub fn generate(
         )));
     }
     let device = crate::backend::device(request.device.as_deref().unwrap_or(&config.device))?;
-    let path = checkpoint::latest(dir)?.ok_or_else(|| TrainError::NoCheckpoint {
-        path: dir.clone(),
-    })?;
-    let model = checkpoint::load_model(
-        &path,
-        Model::init(&config, &device)?,
-        &config.identity(),
-    )?;
+    let path =
+        checkpoint::latest(dir)?.ok_or_else(|| TrainError::NoCheckpoint { path: dir.clone() })?;
+    let model = checkpoint::load_model(&path, Model::init(&config, &device)?, &config.identity())?;
 
     let ids = |ids: Vec<i64>| {
         let len = ids.len();

@@ -135,7 +135,11 @@ pub fn draw_heads(
             }
             return Ok(());
         }
-        Model::Decoder(decoder) => decoder.try_forward_with_weights(one(tokens, device), None)?.1,
+        Model::Decoder(decoder) => {
+            decoder
+                .try_forward_with_weights(one(tokens, device), None)?
+                .1
+        }
         Model::EncoderDecoder(model) => {
             let source = one(batch.source_sequence(0), device);
             model
@@ -148,7 +152,14 @@ pub fn draw_heads(
         .iter()
         .map(|&t| task.source_token_name(t))
         .collect();
-    for (layer, DecoderWeights { self_attention, cross_attention }) in layers.into_iter().enumerate() {
+    for (
+        layer,
+        DecoderWeights {
+            self_attention,
+            cross_attention,
+        },
+    ) in layers.into_iter().enumerate()
+    {
         let self_attention = per_head(self_attention)?;
         for (head, weights) in self_attention.iter().enumerate() {
             let title = format!("{}: layer {layer}, head {head}", task.kind);

@@ -163,7 +163,11 @@ fn run_generate(args: &GenerateArgs) -> Result<()> {
     let mut first = true;
     let generated = generate::generate(&request, |token| {
         // One-character tokens (digits) read as one word; longer ones are spaced.
-        let gap = if first || token.chars().count() == 1 { "" } else { " " };
+        let gap = if first || token.chars().count() == 1 {
+            ""
+        } else {
+            " "
+        };
         first = false;
         let _ = write!(stdout, "{gap}{token}");
         let _ = stdout.flush();

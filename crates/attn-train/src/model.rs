@@ -177,7 +177,12 @@ mod tests {
 
     /// Greedy decoding without the cache: the argmax of a full forward over the prefix,
     /// appended one token at a time.
-    fn full_forward_answers(model: &Model, task: &TaskConfig, batch: &Batch, device: &Device) -> Vec<Vec<i64>> {
+    fn full_forward_answers(
+        model: &Model,
+        task: &TaskConfig,
+        batch: &Batch,
+        device: &Device,
+    ) -> Vec<Vec<i64>> {
         (0..batch.batch)
             .map(|b| {
                 let mut text = batch.sequence(b)[..task.prompt_len()].to_vec();
@@ -194,7 +199,11 @@ mod tests {
                     let logits = model.logits(&row, device).expect("runs"); // [1, len, vocab]
                     let [_, _, vocab] = logits.dims();
                     let last = logits.narrow(1, len - 1, 1).reshape([vocab]); // [vocab]
-                    let next = last.argmax(0).into_data().try_into_vec_as::<i64>().expect("ids");
+                    let next = last
+                        .argmax(0)
+                        .into_data()
+                        .try_into_vec_as::<i64>()
+                        .expect("ids");
                     text.push(next[0]);
                 }
                 text[task.prompt_len()..].to_vec()

@@ -834,17 +834,29 @@ mod tests {
         let task = add(3);
         assert_eq!(names(&task, &task.add_text(123, 45)), "123+045=8610");
         assert_eq!(names(&task, &task.add_text(999, 999)), "999+999=8991");
-        assert_eq!(task.add_prompt("123+45="), Ok(task.add_text(123, 45)[..8].to_vec()));
-        assert_eq!(task.add_prompt(" 7+8 "), Ok(task.add_text(7, 8)[..8].to_vec()));
+        assert_eq!(
+            task.add_prompt("123+45="),
+            Ok(task.add_text(123, 45)[..8].to_vec())
+        );
+        assert_eq!(
+            task.add_prompt(" 7+8 "),
+            Ok(task.add_text(7, 8)[..8].to_vec())
+        );
         assert!(task.add_prompt("1234+5=").is_err());
         assert!(task.add_prompt("12-5=").is_err());
-        assert_eq!(task.read_add_answer(&task.add_text(123, 45)[8..]), Some(168));
+        assert_eq!(
+            task.read_add_answer(&task.add_text(123, 45)[8..]),
+            Some(168)
+        );
     }
 
     #[test]
     fn add_rows_score_only_the_answer_shifted_by_one() {
         let task = add(2);
-        assert_eq!((task.prompt_len(), task.answer_len(), task.model_seq_len()), (6, 3, 8));
+        assert_eq!(
+            (task.prompt_len(), task.answer_len(), task.model_seq_len()),
+            (6, 3, 8)
+        );
         let mut rng = Rng::new(5);
         let batch = task.batch(40, &mut rng);
         assert_eq!(batch.seq_len, 8);
@@ -883,7 +895,12 @@ mod tests {
             let trained: HashSet<Vec<i64>> = (0..3000).map(|i| prompt(&train, i)).collect();
             assert!(held.is_disjoint(&trained), "{}", task.kind);
             // One in 50 of 10⁴ prompts (2-digit addition) or 10³ sources (3 digit words).
-            assert!(held.len() >= 10 && trained.len() > 900, "{} {}", held.len(), trained.len());
+            assert!(
+                held.len() >= 10 && trained.len() > 900,
+                "{} {}",
+                held.len(),
+                trained.len()
+            );
             assert!(held.iter().all(|p| task.split_of(p) == Split::HeldOut));
         }
     }
@@ -907,7 +924,9 @@ mod tests {
             assert_eq!(x[0], task.start_token());
             assert_eq!(&x[1..], &y[..3]);
         }
-        let words = task.translate_source("three one Four").expect("digit words");
+        let words = task
+            .translate_source("three one Four")
+            .expect("digit words");
         assert_eq!(words, [3, 1, 4]);
         assert_eq!(task.source_token_name(4), "four");
         assert!(task.translate_source("three eleven").is_err());
