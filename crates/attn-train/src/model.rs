@@ -21,6 +21,9 @@ use crate::error::TrainError;
 use crate::tasks::{Architecture, Batch, IGNORED, TaskConfig};
 
 /// The trained model.
+// One model per run, built once and moved only through the optimizer's step: the size of the
+// largest variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Model {
     /// A token classifier (`copy`, `reverse`, `sort`, `context`).
