@@ -6,7 +6,7 @@
 //! reads from it:
 //!
 //! - `DIR/config.json`: the task and the model's sizes, from which the model is rebuilt
-//!   ([`read_config`], [`TrainConfig::encoder_config`]);
+//!   ([`read_config`], [`Model::init`], the encoder of an encoder task);
 //! - `DIR/checkpoints/latest`, or `--step N`: which checkpoint to load
 //!   ([`checkpoint::latest`]);
 //! - `DIR/checkpoints/step-NNNNNN/model.bpk`: the weights, loaded with burn's
@@ -37,6 +37,7 @@ use attn::train::backend;
 use attn::train::checkpoint::{self, CHECKPOINTS};
 use attn::train::config::TrainConfig;
 use attn::train::inspect::marked_positions;
+use attn::train::model::Model;
 use attn::train::plot::heatmap_grid;
 use attn::train::random::Rng;
 use attn::train::run_dir::read_config;
@@ -72,14 +73,20 @@ fn main() -> Result<()> {
     let checkpoint = find_checkpoint(&args.dir, args.step)?;
 
     // The same model the run built, then the saved weights poured into it.
-    let model = config
-        .encoder_config()
-        .init(&device)
-        .context("rebuilding the model from config.json")?;
+    let model = Model::init(&config, &device).context("rebuilding the model from config.json")?;
     let weights_file = checkpoint.join("model.bpk");
-    let model: TokenEncoder = model
+    let model: TokenEncoder = match model
         .try_load_file(&weights_file)
-        .map_err(|e| anyhow!("loading {}: {e}", weights_file.display()))?;
+        .map_err(|e| anyhow!("loading {}: {e}", weights_file.display()))?
+    {
+        Model::Encoder(encoder) => encoder,
+        _ => bail!(
+            "{} trained the {} task; this example draws an encoder's heads (a decoder's are in \
+             the run's attention/ folder)",
+            args.dir.display(),
+            config.task.kind
+        ),
+    };
     println!(
         "{}: task {}, checkpoint {}",
         args.dir.display(),

@@ -143,6 +143,7 @@ fn main() -> Result<()> {
         seq_len: args.seq_len,
         vocab: args.vocab,
         min_distance: 1,
+        ..TaskConfig::default()
     };
     let mut data = Rng::new(args.seed);
     let held_out = task.batch(512, &mut Rng::new(args.seed ^ 0xE7A1));

@@ -21,6 +21,7 @@ use burn::tensor::{Bool, Device, Int, Tensor};
 
 use crate::attention::check_shape;
 use crate::cache::{KvCache, MemoryCache};
+use crate::decoder::DecoderWeights;
 use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, NormPlacement};
 use crate::error::{ModelError, check_nonzero};
 use crate::feed_forward::Activation;
@@ -216,6 +217,28 @@ impl EncoderDecoder {
         let memory = self.try_encode(source, source_padding)?;
         self.target
             .run(target, left_pad, Some((memory.states, memory.padding)))
+    }
+
+    /// [`try_forward`](Self::try_forward), also returning every decoder block's self- and
+    /// cross-attention weights (computed explicitly, whatever the configured strategy): the
+    /// cross-attention weights say which source tokens each target token reads.
+    ///
+    /// # Shapes
+    /// - as [`try_forward`](Self::try_forward); each block's cross-attention weights
+    ///   `[batch, n_heads, seq_len, seq_len_kv]` (queries: target, keys: source)
+    ///
+    /// # Errors
+    /// As [`try_forward`](Self::try_forward).
+    pub fn try_forward_with_weights(
+        &self,
+        source: Tensor<2, Int>,
+        source_padding: Option<Tensor<2, Bool>>,
+        target: Tensor<2, Int>,
+        left_pad: Option<&[usize]>,
+    ) -> Result<(Tensor<3>, Vec<DecoderWeights>), ModelError> {
+        let memory = self.try_encode(source, source_padding)?;
+        self.target
+            .run_with_weights(target, left_pad, Some((memory.states, memory.padding)))
     }
 
     /// Cross-attention keys and values of every decoder layer, projected once from `memory`.

@@ -20,7 +20,7 @@ use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, Linea
 use burn::tensor::{Bool, Device, Int, Tensor};
 
 use crate::cache::{KvCache, MemoryCache, check_left_pad, left_padding_mask};
-use crate::decoder::{Decoder, DecoderBlockConfig, DecoderConfig, DecoderInput};
+use crate::decoder::{Decoder, DecoderBlockConfig, DecoderConfig, DecoderInput, DecoderWeights};
 use crate::encoder::NormPlacement;
 use crate::error::{ModelError, check_dropout, check_nonzero};
 use crate::feed_forward::Activation;
@@ -417,12 +417,51 @@ impl TokenDecoder {
         self.head.is_none()
     }
 
+    /// [`try_forward`](Self::try_forward), also returning every block's attention weights
+    /// (computed explicitly, whatever the configured strategy).
+    ///
+    /// # Shapes
+    /// - as [`try_forward`](Self::try_forward); each block's self-attention weights
+    ///   `[batch, n_heads, seq_len, seq_len]`
+    ///
+    /// # Errors
+    /// As [`try_forward`](Self::try_forward).
+    pub fn try_forward_with_weights(
+        &self,
+        tokens: Tensor<2, Int>,
+        left_pad: Option<&[usize]>,
+    ) -> Result<(Tensor<3>, Vec<DecoderWeights>), ModelError> {
+        self.run_with_weights(tokens, left_pad, None)
+    }
+
     pub(crate) fn run(
         &self,
         tokens: Tensor<2, Int>,
         left_pad: Option<&[usize]>,
         memory: Option<(Tensor<3>, Option<Tensor<2, Bool>>)>,
     ) -> Result<Tensor<3>, ModelError> {
+        let input = self.input(tokens, left_pad, memory)?;
+        Ok(self.logits(self.decoder.try_forward(input)?))
+    }
+
+    pub(crate) fn run_with_weights(
+        &self,
+        tokens: Tensor<2, Int>,
+        left_pad: Option<&[usize]>,
+        memory: Option<(Tensor<3>, Option<Tensor<2, Bool>>)>,
+    ) -> Result<(Tensor<3>, Vec<DecoderWeights>), ModelError> {
+        let input = self.input(tokens, left_pad, memory)?;
+        let (x, weights) = self.decoder.forward_with_weights(input)?;
+        Ok((self.logits(x), weights))
+    }
+
+    /// The embedded target stream with its padding and memory, what the blocks read.
+    fn input(
+        &self,
+        tokens: Tensor<2, Int>,
+        left_pad: Option<&[usize]>,
+        memory: Option<(Tensor<3>, Option<Tensor<2, Bool>>)>,
+    ) -> Result<DecoderInput, ModelError> {
         let [batch, seq_len] = tokens.dims();
         let left_pad = check_left_pad(left_pad, batch, seq_len)?;
         let x = self.embedding.forward(tokens.clone(), 0, &left_pad)?; // [batch, seq_len, d_model]
@@ -433,7 +472,7 @@ impl TokenDecoder {
         if let Some((memory, padding)) = memory {
             input = input.with_memory(memory, padding);
         }
-        Ok(self.logits(self.decoder.try_forward(input)?))
+        Ok(input)
     }
 
     pub(crate) fn run_step(

@@ -5,7 +5,7 @@
 //! Layout under the output folder:
 //!
 //! ```text
-//! checkpoints/step-000500/model.bpk       burn record of the encoder (burnpack)
+//! checkpoints/step-000500/model.bpk       burn record of the model (burnpack)
 //! checkpoints/step-000500/optimizer.bpk   burn record of the optimizer state (Adam moments)
 //! checkpoints/step-000500/scheduler.bpk   burn record of the learning-rate scheduler
 //! checkpoints/step-000500/state.json      TrainState
@@ -24,7 +24,6 @@
 
 use std::path::{Path, PathBuf};
 
-use attn_model::TokenEncoder;
 use burn::module::Module;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
@@ -33,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::TrainError;
+use crate::model::Model;
 use crate::random::Rng;
 use crate::schedule::{LrSchedule, Scheduler};
 
@@ -123,8 +123,8 @@ pub struct TrainState {
 
 /// A loaded checkpoint.
 pub struct Checkpoint {
-    /// The encoder with the saved weights.
-    pub model: TokenEncoder,
+    /// The model with the saved weights.
+    pub model: Model,
     /// The optimizer with the saved state.
     pub optim: ModuleOptimizer,
     /// The learning-rate scheduler, positioned at the saved step.
@@ -142,7 +142,7 @@ pub struct Checkpoint {
 /// [`TrainError::Io`] when a file cannot be written.
 pub fn save(
     out: &Path,
-    model: &TokenEncoder,
+    model: &Model,
     optim: &ModuleOptimizer,
     scheduler: &Scheduler,
     state: &TrainState,
@@ -395,7 +395,7 @@ pub fn differences(saved: &serde_json::Value, current: &serde_json::Value) -> St
 /// [`TrainError::Config`] when `schedule` cannot be built.
 pub fn load(
     dir: &Path,
-    model: TokenEncoder,
+    model: Model,
     optim: ModuleOptimizer,
     schedule: &LrSchedule,
     run: &serde_json::Value,
@@ -417,14 +417,7 @@ pub fn load(
         });
     }
 
-    let model_path = dir.join(MODEL_FILE);
-    let model = model.try_load_file(&model_path).map_err(|e| match e {
-        RecordError::Validation(reason) => TrainError::CheckpointMismatch {
-            path: model_path.clone(),
-            differences: format!("its weights do not fit this model ({reason})"),
-        },
-        RecordError::Io(reason) => corrupt(&model_path, reason),
-    })?;
+    let model = load_model(dir, model)?;
 
     let optim_path = dir.join(OPTIMIZER_FILE);
     let record =
@@ -456,6 +449,27 @@ pub fn load(
         scheduler,
         state,
         path: dir.to_path_buf(),
+    })
+}
+
+/// Loads the weights of the checkpoint in `dir` into a freshly built `model` of the run `run`
+/// (for generating from a trained run, or as part of [`load`]).
+///
+/// # Errors
+///
+/// [`TrainError::CorruptCheckpoint`] when the file is missing or unreadable,
+/// [`TrainError::CheckpointMismatch`] when the weights do not fit the model.
+pub fn load_model(dir: &Path, model: Model) -> Result<Model, TrainError> {
+    let model_path = dir.join(MODEL_FILE);
+    model.try_load_file(&model_path).map_err(|e| match e {
+        RecordError::Validation(reason) => TrainError::CheckpointMismatch {
+            path: model_path.clone(),
+            differences: format!("its weights do not fit this model ({reason})"),
+        },
+        RecordError::Io(reason) => TrainError::CorruptCheckpoint {
+            path: model_path.clone(),
+            reason,
+        },
     })
 }
 

@@ -7,13 +7,15 @@
 
 use std::path::Path;
 
-use attn_model::{Activation, NormPlacement, TokenEncoderConfig};
+use attn_model::{
+    Activation, EncoderDecoderConfig, NormPlacement, TokenDecoderConfig, TokenEncoderConfig,
+};
 use attn_pos::PositionalScheme;
 use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
 use crate::schedule::{Decay, LrSchedule};
-use crate::tasks::{TaskConfig, TaskKind};
+use crate::tasks::{Architecture, TaskConfig, TaskKind};
 
 /// The positional schemes by their command-line names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -213,7 +215,9 @@ impl Default for TrainConfig {
 /// nothing, so none has a value of its own; each help text states the default it overrides.
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct Overrides {
-    /// The task: copy, reverse, sort, or context (the "apple" problem) [default: reverse]
+    /// The task: copy, reverse, sort, context (the "apple" problem), add (a decoder
+    /// generates the sum) or translate (an encoder-decoder writes digit words as digits,
+    /// backwards) [default: reverse]
     #[arg(long, value_enum)]
     pub task: Option<TaskKind>,
     /// Backend, one compiled into this build (default: flex where compiled in, else the first
@@ -235,6 +239,9 @@ pub struct Overrides {
     /// context: least distance between the ambiguous word and its cue [default: 1]
     #[arg(long)]
     pub min_distance: Option<usize>,
+    /// add: digits of each operand [default: 3]
+    #[arg(long)]
+    pub digits: Option<usize>,
     /// context: the long-range setting, the cue 30 or more positions away (seq_len 48 unless
     /// --seq-len says otherwise)
     #[arg(long)]
@@ -365,16 +372,70 @@ impl TrainConfig {
             ));
         }
         if let PositionalScheme::Learned { max_len } = self.model.pos
-            && max_len < self.task.seq_len
+            && max_len < self.task.model_seq_len()
         {
             return bad(format!(
                 "learned positions have max_len {max_len} but sequences are {} long",
-                self.task.seq_len
+                self.task.model_seq_len()
             ));
         }
         self.task.validate()?;
-        self.encoder_config().validate()?;
+        match self.task.kind.architecture() {
+            Architecture::Encoder => self.encoder_config().validate()?,
+            Architecture::Decoder => self.decoder_config().validate()?,
+            Architecture::EncoderDecoder => self.encoder_decoder_config().validate()?,
+        }
         Ok(())
+    }
+
+    /// The decoder-only language model this run trains (`add`).
+    pub fn decoder_config(&self) -> TokenDecoderConfig {
+        let m = &self.model;
+        TokenDecoderConfig::new(
+            self.task.model_vocab(),
+            m.d_model,
+            m.n_heads,
+            m.n_layers,
+            m.d_ff,
+            m.pos.clone(),
+        )
+        .with_dropout(m.dropout)
+        .with_norm(self.norm_placement())
+        .with_activation(self.activation())
+        .with_final_norm(m.final_norm)
+        .with_scale_embedding(m.scale_embedding)
+    }
+
+    /// The encoder-decoder this run trains (`translate`): `n_layers` blocks in each stack.
+    pub fn encoder_decoder_config(&self) -> EncoderDecoderConfig {
+        let m = &self.model;
+        EncoderDecoderConfig::new(
+            self.task.source_vocab(),
+            self.task.model_vocab(),
+            m.d_model,
+            m.n_heads,
+            m.n_layers,
+            m.d_ff,
+            m.pos.clone(),
+        )
+        .with_dropout(m.dropout)
+        .with_norm(self.norm_placement())
+        .with_activation(self.activation())
+        .with_final_norm(m.final_norm)
+    }
+
+    fn norm_placement(&self) -> NormPlacement {
+        match self.model.norm {
+            Norm::Post => NormPlacement::Post,
+            Norm::Pre => NormPlacement::Pre,
+        }
+    }
+
+    fn activation(&self) -> Activation {
+        match self.model.activation {
+            Act::Relu => Activation::Relu,
+            Act::Gelu => Activation::Gelu,
+        }
     }
 
     /// The encoder this run trains.
@@ -437,8 +498,8 @@ impl TrainConfig {
 
     /// Replaces every setting that `overrides` gives.
     ///
-    /// A learned position table follows the sequence length when `--seq-len`, `--long-range` or
-    /// `--pos` is given (otherwise a configuration file may have sized it on purpose), and
+    /// A learned position table follows the sequence length when `--seq-len`, `--long-range`,
+    /// `--digits` or `--pos` is given (otherwise a configuration file may have sized it on purpose), and
     /// `--norm` sets the final LayerNorm to match (pre-norm: one, post-norm: none) unless
     /// `--final-norm` says otherwise.
     ///
@@ -483,6 +544,7 @@ impl TrainConfig {
         set(&mut task.seq_len, &o.seq_len);
         set(&mut task.vocab, &o.vocab);
         set(&mut task.min_distance, &o.min_distance);
+        set(&mut task.digits, &o.digits);
 
         set(&mut model.d_model, &o.d_model);
         set(&mut model.n_heads, &o.n_heads);
@@ -490,12 +552,12 @@ impl TrainConfig {
         set(&mut model.d_ff, &o.d_ff);
         set(&mut model.dropout, &o.dropout);
         if let Some(pos) = o.pos {
-            model.pos = pos.scheme(task.seq_len);
+            model.pos = pos.scheme(task.model_seq_len());
         }
         if let PositionalScheme::Learned { max_len } = &mut model.pos
-            && (o.seq_len.is_some() || o.long_range || o.pos.is_some())
+            && (o.seq_len.is_some() || o.long_range || o.pos.is_some() || o.digits.is_some())
         {
-            *max_len = task.seq_len;
+            *max_len = task.model_seq_len();
         }
         if let Some(norm) = o.norm {
             model.norm = norm;

@@ -1,10 +1,15 @@
 //! Attention inspection: the weights of every head on one sequence, a heatmap per head, and, on
 //! the `context` task, how strongly the ambiguous word attends to its cue.
+//!
+//! A decoder's self-attention heatmaps are lower triangles (the causal mask); an
+//! encoder-decoder also gets one cross-attention heatmap per head, its queries the target
+//! tokens and its keys the source tokens: which source word each target token reads.
 
-use attn_model::TokenEncoder;
-use burn::tensor::Device;
+use attn_model::{DecoderWeights, TokenEncoder};
+use burn::tensor::{Device, Tensor};
 
 use crate::error::TrainError;
+use crate::model::Model;
 use crate::plot;
 use crate::run_dir::RunDir;
 use crate::tasks::{Batch, TaskConfig};
@@ -50,6 +55,8 @@ pub fn attention_maps(
         seq_len,
         tokens: tokens.to_vec(),
         targets: vec![0; seq_len],
+        source_len: 0,
+        source: Vec::new(),
     };
     let (_, layers) = model.forward_with_weights(one.tokens_tensor(device))?;
     layers
@@ -201,8 +208,9 @@ pub fn head_distance(layer: &LayerWeights, a: usize, b: usize) -> f64 {
     total / seq_len.max(1) as f64
 }
 
-/// One heatmap per layer and head of `model`'s attention on `tokens`, into the run folder's
-/// attention folder.
+/// One heatmap per layer and head of `model`'s attention on the first sequence of `batch`,
+/// into the run folder's attention folder: self-attention as `layer<L>-head<H>.png`, and for
+/// an encoder-decoder cross-attention as `cross-layer<L>-head<H>.png`.
 ///
 /// # Errors
 ///
@@ -210,19 +218,91 @@ pub fn head_distance(layer: &LayerWeights, a: usize, b: usize) -> f64 {
 /// written.
 pub fn draw_heads(
     run_dir: &RunDir,
-    model: &TokenEncoder,
+    model: &Model,
     task: &TaskConfig,
-    tokens: &[i64],
+    batch: &Batch,
     device: &Device,
 ) -> Result<(), TrainError> {
+    let tokens = batch.sequence(0);
     let names: Vec<String> = tokens.iter().map(|&t| task.token_name(t)).collect();
     let marked = marked_positions(task, tokens);
-    for (layer, weights) in attention_maps(model, tokens, device)?.iter().enumerate() {
-        for head in 0..weights.n_heads {
+    let layers = match model {
+        Model::Encoder(encoder) => {
+            for (layer, weights) in attention_maps(encoder, tokens, device)?.iter().enumerate() {
+                for head in 0..weights.n_heads {
+                    let title = format!("{}: layer {layer}, head {head}", task.kind);
+                    let path = run_dir.head_heatmap(layer, head)?;
+                    plot::heatmap(&path, &title, weights.head(head), &names, &marked)?;
+                }
+            }
+            return Ok(());
+        }
+        Model::Decoder(decoder) => {
+            decoder
+                .try_forward_with_weights(one(tokens, device), None)?
+                .1
+        }
+        Model::EncoderDecoder(model) => {
+            let source = one(batch.source_sequence(0), device);
+            model
+                .try_forward_with_weights(source, None, one(tokens, device), None)?
+                .1
+        }
+    };
+    let source: Vec<String> = batch
+        .source_sequence(0)
+        .iter()
+        .map(|&t| task.source_token_name(t))
+        .collect();
+    for (
+        layer,
+        DecoderWeights {
+            self_attention,
+            cross_attention,
+        },
+    ) in layers.into_iter().enumerate()
+    {
+        let self_attention = per_head(self_attention)?;
+        for (head, weights) in self_attention.iter().enumerate() {
             let title = format!("{}: layer {layer}, head {head}", task.kind);
             let path = run_dir.head_heatmap(layer, head)?;
-            plot::heatmap(&path, &title, weights.head(head), &names, &marked)?;
+            plot::heatmap(&path, &title, weights, &names, &marked)?;
+        }
+        let Some(cross_attention) = cross_attention else {
+            continue;
+        };
+        for (head, weights) in per_head(cross_attention)?.iter().enumerate() {
+            let title = format!("{}: cross-attention, layer {layer}, head {head}", task.kind);
+            let path = run_dir.cross_heatmap(layer, head)?;
+            plot::cross_heatmap(&path, &title, weights, &names, &source)?;
         }
     }
     Ok(())
+}
+
+/// One sequence as a batch of one.
+///
+/// # Shapes
+///
+/// - output: `[1, seq_len]`
+fn one(tokens: &[i64], device: &Device) -> Tensor<2, burn::tensor::Int> {
+    Tensor::from_data(
+        burn::tensor::TensorData::new(tokens.to_vec(), [1, tokens.len()]),
+        device,
+    )
+}
+
+/// A batch of one's weights, `[1, n_heads, seq_len_q, seq_len_kv]`, as one row-major
+/// `[seq_len_q, seq_len_kv]` vector per head.
+fn per_head(weights: Tensor<4>) -> Result<Vec<Vec<f32>>, TrainError> {
+    let [_, n_heads, seq_len_q, seq_len_kv] = weights.dims();
+    let all = weights
+        .into_data()
+        .try_into_vec_as::<f32>()
+        .map_err(|e| TrainError::Config(format!("cannot read attention weights back: {e:?}")))?;
+    Ok(all
+        .chunks(seq_len_q * seq_len_kv)
+        .take(n_heads)
+        .map(<[f32]>::to_vec)
+        .collect())
 }

@@ -8,6 +8,9 @@
 //! One module per job:
 //!
 //! - [`tasks`]: the synthetic tasks, and where the `context` task's cue stands;
+//! - [`model`]: the model a task trains (encoder, decoder-only or encoder-decoder), its
+//!   teacher-forced logits and its predictions, generated for the decoders;
+//! - [`generate`]: generation from a trained run's checkpoint, token by token;
 //! - [`config`]: the whole configuration, and the command line's overrides of it;
 //! - [`train`]: the loop, fresh or resumed;
 //! - [`loss`]: the objective, shared by training and evaluation;
@@ -37,9 +40,11 @@ pub mod clip;
 pub mod config;
 pub mod error;
 pub mod evaluate;
+pub mod generate;
 pub mod inspect;
 pub mod loss;
 pub mod metrics;
+pub mod model;
 pub mod plot;
 mod progress;
 pub mod random;

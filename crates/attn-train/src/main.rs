@@ -1,8 +1,9 @@
-//! `attn-train`: trains a Transformer encoder on a synthetic per-token task and writes metrics,
-//! checkpoints and plots.
+//! `attn-train`: trains a Transformer on a synthetic task and writes metrics, checkpoints and
+//! plots; `attn-train generate` streams what a trained decoder writes.
 //!
 //! ```text
 //! cargo run --release -p attn-train -- --task reverse --seed 1
+//! cargo run --release -p attn-train -- generate --run runs/add --prompt 123+456=
 //! ```
 //!
 //! Flags override `--config FILE.json`, which overrides the defaults. A progress bar goes to
@@ -11,20 +12,26 @@
 //! The first SIGINT or SIGTERM lets the step under way finish, writes a checkpoint, prints the
 //! command that resumes, and exits with status 130; a second one exits at once.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, bail};
+use attn_model::Sampling;
 use attn_train::config::{Overrides, TrainConfig};
+use attn_train::generate::{self, Request};
 use attn_train::train::{self, RunOptions};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-/// Train a Transformer encoder on a synthetic sequence task.
+/// Train a Transformer on a synthetic sequence task.
 #[derive(Parser, Debug)]
 #[command(name = "attn-train", version, about, long_about = None)]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     #[command(flatten)]
     overrides: Overrides,
     /// Read the configuration from a JSON file (flags override it).
@@ -57,10 +64,50 @@ struct Cli {
 /// The exit status of a run stopped by SIGINT or SIGTERM (128 + SIGINT's number, as shells
 /// report it).
 const INTERRUPTED: i32 = 130;
+/// What the program does besides training.
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Generate from a trained decoder (add or translate run), printing tokens as they come.
+    Generate(GenerateArgs),
+}
+
+/// The flags of `attn-train generate`.
+#[derive(clap::Args, Debug)]
+struct GenerateArgs {
+    /// The run folder to load (its config.json and newest checkpoint).
+    #[arg(long, value_name = "DIR")]
+    run: PathBuf,
+    /// add: two numbers, `123+456=`; translate: the run's seq_len digit words, `three one
+    /// four ...`.
+    #[arg(long)]
+    prompt: String,
+    /// New tokens at most (default: the task's answer length).
+    #[arg(long)]
+    max_new_tokens: Option<usize>,
+    /// Sample at this temperature instead of taking the most likely token.
+    #[arg(long)]
+    temperature: Option<f64>,
+    /// Sample from the k most likely tokens only (temperature 1 unless given).
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample from the smallest set of tokens whose probability reaches p (temperature 1
+    /// unless given).
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Seed of the sampling generator.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Backend (default: the run's).
+    #[arg(long)]
+    device: Option<String>,
+}
 
 fn main() -> Result<()> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(Command::Generate(args)) = &cli.command {
+        return run_generate(args);
+    }
     let interrupt = Arc::new(AtomicBool::new(false));
     let signals = Arc::new(AtomicUsize::new(0));
     {
@@ -168,6 +215,44 @@ fn shell_quoted(word: &str) -> String {
     } else {
         format!("'{}'", word.replace('\'', "'\\''"))
     }
+/// `attn-train generate`: streams the new tokens to stdout as they come.
+fn run_generate(args: &GenerateArgs) -> Result<()> {
+    let sampling = if args.temperature.is_some() || args.top_k.is_some() || args.top_p.is_some() {
+        Sampling::Sample {
+            temperature: args.temperature.unwrap_or(1.0),
+            top_k: args.top_k,
+            top_p: args.top_p,
+        }
+    } else {
+        Sampling::Greedy
+    };
+    let request = Request {
+        run: args.run.clone(),
+        prompt: args.prompt.clone(),
+        max_new_tokens: args.max_new_tokens,
+        sampling,
+        seed: args.seed,
+        device: args.device.clone(),
+    };
+    let mut stdout = std::io::stdout();
+    let mut first = true;
+    let generated = generate::generate(&request, |token| {
+        // One-character tokens (digits) read as one word; longer ones are spaced.
+        let gap = if first || token.chars().count() == 1 {
+            ""
+        } else {
+            " "
+        };
+        first = false;
+        let _ = write!(stdout, "{gap}{token}");
+        let _ = stdout.flush();
+    })
+    .with_context(|| format!("generating from {}", args.run.display()))?;
+    println!();
+    if let Some(sum) = generated.sum {
+        println!("read back, most significant digit first: {sum}");
+    }
+    Ok(())
 }
 
 /// The flags that `--resume` takes along: the rest would change the saved configuration.

@@ -275,6 +275,8 @@ mod tests {
             seq_len: 3,
             tokens: vec![0; 6],
             targets,
+            source_len: 0,
+            source: Vec::new(),
         }
     }
 

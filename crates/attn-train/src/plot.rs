@@ -401,8 +401,10 @@ struct Layout {
     desc: u32,
     /// Width of the widest label.
     label: u32,
-    /// Tokens on each axis.
-    seq_len: usize,
+    /// Queries, one row each.
+    rows: usize,
+    /// Keys, one column each.
+    cols: usize,
 }
 
 /// Tick mark length, and the gap between a tick's end and its label.
@@ -413,8 +415,13 @@ const BAR: u32 = 14;
 const BAR_GAP: u32 = 14;
 
 impl Layout {
-    fn side(&self) -> u32 {
-        self.cell * self.seq_len as u32
+    /// Width of the map.
+    fn map_width(&self) -> u32 {
+        self.cell * self.cols as u32
+    }
+    /// Height of the map.
+    fn map_height(&self) -> u32 {
+        self.cell * self.rows as u32
     }
     /// Left edge of the map: the axis description, the labels, the ticks.
     fn x0(&self) -> u32 {
@@ -425,14 +432,14 @@ impl Layout {
         8 + self.caption + 10
     }
     fn bar_x(&self) -> u32 {
-        self.x0() + self.side() + BAR_GAP
+        self.x0() + self.map_width() + BAR_GAP
     }
     fn width(&self) -> u32 {
         // The bar's labels: "0.75" in the label font.
         self.bar_x() + BAR + GAP + TICK + 4 * self.font * 3 / 5 + 10
     }
     fn height(&self) -> u32 {
-        self.y0() + self.side() + TICK + GAP + self.label + 6 + self.desc + 8
+        self.y0() + self.map_height() + TICK + GAP + self.label + 6 + self.desc + 8
     }
     /// The centre of token `i`'s cell along either axis, relative to the map's edge.
     fn centre(&self, i: usize) -> i32 {
@@ -448,28 +455,34 @@ enum Labels {
 }
 
 impl Labels {
-    /// The layout for `tokens` of which `shown` are labelled, the labels `every` cells apart.
-    fn layout(self, tokens: &[String], shown: &[(usize, bool)], every: usize) -> Layout {
-        let seq_len = tokens.len().max(1);
+    /// The layout for `axes`, the longer axis setting the cell size.
+    fn layout(self, axes: &Axes) -> Layout {
+        let longer = axes.longer().max(1);
         let (area, caption, desc, largest) = match self {
             Labels::Large => (640, 18, 14, 14),
             Labels::Small => (300, 14, 12, 12),
         };
-        let cell = (area / seq_len as u32).clamp(6, 40);
+        let cell = (area / longer as u32).clamp(6, 40);
         // A label fits in the space between two labelled cells.
-        let font = (cell * every as u32).saturating_sub(2).clamp(9, largest);
-        let label = shown
-            .iter()
-            .map(|&(i, _)| text_width(&tokens[i], font))
-            .max()
-            .unwrap_or(font);
+        let font = (cell * axes.every as u32)
+            .saturating_sub(2)
+            .clamp(9, largest);
+        let widest = |tokens: &[String], shown: &[(usize, bool)]| {
+            shown
+                .iter()
+                .map(|&(i, _)| text_width(&tokens[i], font))
+                .max()
+                .unwrap_or(font)
+        };
         Layout {
             cell,
             font,
             caption,
             desc,
-            label,
-            seq_len,
+            label: widest(&axes.queries, &axes.shown_queries)
+                .max(widest(&axes.keys, &axes.shown_keys)),
+            rows: axes.queries.len(),
+            cols: axes.keys.len(),
         }
     }
 
@@ -481,6 +494,53 @@ impl Labels {
         };
         let cell = (area / seq_len.max(1) as u32).clamp(6, 40);
         least.div_ceil(cell) as usize
+    }
+}
+
+/// The tokens along a heatmap's two axes, and which of them carry a label.
+struct Axes {
+    /// One word per query (row).
+    queries: Vec<String>,
+    /// One word per key (column).
+    keys: Vec<String>,
+    /// Labels every this many cells on both axes.
+    every: usize,
+    /// The labelled queries, each with whether it is marked.
+    shown_queries: Vec<(usize, bool)>,
+    /// The labelled keys, each with whether it is marked.
+    shown_keys: Vec<(usize, bool)>,
+}
+
+impl Axes {
+    /// Self-attention: the same tokens as queries and keys, `marked` on both.
+    fn same(labels: Labels, tokens: &[String], marked: &[usize]) -> Self {
+        Self::new(labels, tokens, tokens, marked, marked)
+    }
+
+    /// Cross-attention: queries from one sequence, keys from another, nothing marked.
+    fn cross(labels: Labels, queries: &[String], keys: &[String]) -> Self {
+        Self::new(labels, queries, keys, &[], &[])
+    }
+
+    fn new(
+        labels: Labels,
+        queries: &[String],
+        keys: &[String],
+        marked_queries: &[usize],
+        marked_keys: &[usize],
+    ) -> Self {
+        let every = labels.every(queries.len().max(keys.len()));
+        Self {
+            queries: queries.to_vec(),
+            keys: keys.to_vec(),
+            every,
+            shown_queries: labelled(queries.len(), every, marked_queries),
+            shown_keys: labelled(keys.len(), every, marked_keys),
+        }
+    }
+
+    fn longer(&self) -> usize {
+        self.queries.len().max(self.keys.len())
     }
 }
 
@@ -523,12 +583,53 @@ pub fn heatmap(
             seq_len * seq_len
         )));
     }
-    let every = Labels::Large.every(seq_len);
-    let shown = labelled(seq_len, every, marked);
-    let layout = Labels::Large.layout(tokens, &shown, every);
+    draw_one(path, title, weights, &Axes::same(Labels::Large, tokens, marked))
+}
+
+/// Draws one head's cross-attention weights as a heatmap: row `i` (a query, from the target,
+/// top to bottom) against column `j` (a key, from the source, left to right), each axis with
+/// its own sequence's words.
+///
+/// # Shapes
+///
+/// - weights: `[seq_len_q, seq_len_kv]` row-major, rows summing to 1
+/// - queries: `[seq_len_q]`; keys: `[seq_len_kv]`
+///
+/// # Errors
+///
+/// [`TrainError::Plot`] when the sizes disagree or the file cannot be drawn or written.
+pub fn cross_heatmap(
+    path: &Path,
+    title: &str,
+    weights: &[f32],
+    queries: &[String],
+    keys: &[String],
+) -> Result<(), TrainError> {
+    let fail = plot_error(path);
+    ensure_font().map_err(&fail)?;
+    let (seq_len_q, seq_len_kv) = (queries.len(), keys.len());
+    if weights.len() != seq_len_q * seq_len_kv {
+        return Err(fail(format!(
+            "{} weights for {seq_len_q} queries and {seq_len_kv} keys; expected {}",
+            weights.len(),
+            seq_len_q * seq_len_kv
+        )));
+    }
+    draw_one(
+        path,
+        title,
+        weights,
+        &Axes::cross(Labels::Large, queries, keys),
+    )
+}
+
+/// One large heatmap in a picture of its own.
+fn draw_one(path: &Path, title: &str, weights: &[f32], axes: &Axes) -> Result<(), TrainError> {
+    let fail = plot_error(path);
+    let layout = Labels::Large.layout(axes);
     let root = BitMapBackend::new(path, (layout.width(), layout.height())).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    draw_heatmap(&root, &layout, title, weights, tokens, &shown).map_err(&fail)?;
+    draw_heatmap(&root, &layout, title, weights, axes).map_err(&fail)?;
     root.present().map_err(|e| fail(e.to_string()))
 }
 
@@ -562,9 +663,8 @@ pub fn heatmap_grid(
             seq_len * seq_len
         )));
     }
-    let every = Labels::Small.every(seq_len);
-    let shown = labelled(seq_len, every, marked);
-    let layout = Labels::Small.layout(tokens, &shown, every);
+    let axes = Axes::same(Labels::Small, tokens, marked);
+    let layout = Labels::Small.layout(&axes);
     let n_layers = maps.iter().map(|(l, _, _)| l + 1).max().unwrap_or(0);
     let n_heads = maps.iter().map(|(_, h, _)| h + 1).max().unwrap_or(0);
     let size = (
@@ -580,7 +680,7 @@ pub fn heatmap_grid(
     for (layer, head, w) in maps {
         let panel = &panels[layer * n_heads + head];
         let panel_title = format!("layer {layer}, head {head}");
-        draw_heatmap(panel, &layout, &panel_title, w, tokens, &shown).map_err(&fail)?;
+        draw_heatmap(panel, &layout, &panel_title, w, &axes).map_err(&fail)?;
     }
     root.present().map_err(|e| fail(e.to_string()))
 }
@@ -592,25 +692,25 @@ fn draw_heatmap(
     layout: &Layout,
     title: &str,
     weights: &[f32],
-    tokens: &[String],
-    shown: &[(usize, bool)],
+    axes: &Axes,
 ) -> Result<(), String> {
-    let seq_len = tokens.len();
+    let (rows, cols) = (layout.rows, layout.cols);
     let err = |e: DrawingAreaErrorKind<_>| e.to_string();
     let (x0, y0) = (layout.x0() as i32, layout.y0() as i32);
-    let (side, cell) = (layout.side() as i32, layout.cell as i32);
+    let (width, height) = (layout.map_width() as i32, layout.map_height() as i32);
+    let cell = layout.cell as i32;
     let (tick, gap) = (TICK as i32, GAP as i32);
-    let centre_x = x0 + side / 2;
+    let centre_x = x0 + width / 2;
 
     let caption = TextStyle::from((FAMILY, layout.caption).into_font())
         .pos(Pos::new(HPos::Center, VPos::Top));
     area.draw(&Text::new(title.to_string(), (centre_x, 8), caption))
         .map_err(err)?;
 
-    for i in 0..seq_len {
-        for j in 0..seq_len {
+    for i in 0..rows {
+        for j in 0..cols {
             let (x, y) = (x0 + j as i32 * cell, y0 + i as i32 * cell);
-            let color = weight_color(weights[i * seq_len + j]);
+            let color = weight_color(weights[i * cols + j]);
             area.draw(&Rectangle::new(
                 [(x, y), (x + cell, y + cell)],
                 color.filled(),
@@ -618,28 +718,32 @@ fn draw_heatmap(
             .map_err(err)?;
         }
     }
-    let frame = [(x0 - 1, y0 - 1), (x0 + side, y0 + side)];
+    let frame = [(x0 - 1, y0 - 1), (x0 + width, y0 + height)];
     area.draw(&Rectangle::new(frame, BLACK.stroke_width(1)))
         .map_err(err)?;
 
     let font = (FAMILY, layout.font).into_font();
-    for &(i, marked) in shown {
-        let color = if marked { RED } else { BLACK };
-        let c = layout.centre(i);
-        let text = tokens[i].clone();
+    let color = |marked: bool| if marked { RED } else { BLACK };
+    for &(j, marked) in &axes.shown_keys {
+        let c = layout.centre(j);
         // Key labels under the map, reading downwards, starting a gap below the tick.
-        let bottom = y0 + side;
+        let bottom = y0 + height;
         area.draw(&PathElement::new(
             vec![(x0 + c, bottom), (x0 + c, bottom + tick)],
             BLACK,
         ))
         .map_err(err)?;
         let key = TextStyle::from(font.clone())
-            .color(&color)
+            .color(&color(marked))
             .transform(FontTransform::Rotate90)
             .pos(Pos::new(HPos::Left, VPos::Center));
-        area.draw(&Text::new(text.clone(), (x0 + c, bottom + tick + gap), key))
+        let text = axes.keys[j].clone();
+        area.draw(&Text::new(text, (x0 + c, bottom + tick + gap), key))
             .map_err(err)?;
+    }
+    for &(i, marked) in &axes.shown_queries {
+        let c = layout.centre(i);
+        let text = axes.queries[i].clone();
         // Query labels left of the map, right-aligned a gap before the tick.
         area.draw(&PathElement::new(
             vec![(x0 - tick - 1, y0 + c), (x0 - 1, y0 + c)],
@@ -647,28 +751,28 @@ fn draw_heatmap(
         ))
         .map_err(err)?;
         let query = TextStyle::from(font.clone())
-            .color(&color)
+            .color(&color(marked))
             .pos(Pos::new(HPos::Right, VPos::Center));
         area.draw(&Text::new(text, (x0 - tick - gap - 1, y0 + c), query))
             .map_err(err)?;
     }
 
     let desc = (FAMILY, layout.desc).into_font();
-    let key_y = y0 + side + tick + gap + layout.label as i32 + 6;
+    let key_y = y0 + height + tick + gap + layout.label as i32 + 6;
     let key = TextStyle::from(desc.clone()).pos(Pos::new(HPos::Center, VPos::Top));
     area.draw(&Text::new("key", (centre_x, key_y), key))
         .map_err(err)?;
     let query = TextStyle::from(desc)
         .transform(FontTransform::Rotate270)
         .pos(Pos::new(HPos::Center, VPos::Top));
-    area.draw(&Text::new("query", (8, y0 + side / 2), query))
+    area.draw(&Text::new("query", (8, y0 + height / 2), query))
         .map_err(err)?;
 
     // The colour bar: weight 1 at the top, 0 at the bottom, one pixel row per shade.
     let bar_x = layout.bar_x() as i32;
     let bar = BAR as i32;
-    for p in 0..side {
-        let w = 1.0 - p as f32 / (side - 1).max(1) as f32;
+    for p in 0..height {
+        let w = 1.0 - p as f32 / (height - 1).max(1) as f32;
         let color = weight_color(w);
         area.draw(&Rectangle::new(
             [(bar_x, y0 + p), (bar_x + bar, y0 + p + 1)],
@@ -677,7 +781,7 @@ fn draw_heatmap(
         .map_err(err)?;
     }
     area.draw(&Rectangle::new(
-        [(bar_x - 1, y0 - 1), (bar_x + bar, y0 + side)],
+        [(bar_x - 1, y0 - 1), (bar_x + bar, y0 + height)],
         BLACK.stroke_width(1),
     ))
     .map_err(err)?;
@@ -689,7 +793,7 @@ fn draw_heatmap(
         (0.75, "0.75"),
         (1.0, "1"),
     ] {
-        let y = y0 + ((1.0 - w) * (side - 1) as f64).round() as i32;
+        let y = y0 + ((1.0 - w) * (height - 1) as f64).round() as i32;
         area.draw(&PathElement::new(
             vec![(bar_x + bar, y), (bar_x + bar + tick, y)],
             BLACK,
@@ -850,9 +954,7 @@ mod tests {
         heatmap(&path, "pixels", &weights, &tokens, &[3, 4]).expect("heatmap");
 
         let image = image::open(&path).expect("a PNG").to_rgb8();
-        let every = Labels::Large.every(seq_len);
-        let shown = labelled(seq_len, every, &[3, 4]);
-        let layout = Labels::Large.layout(&tokens, &shown, every);
+        let layout = Labels::Large.layout(&Axes::same(Labels::Large, &tokens, &[3, 4]));
         assert_eq!(image.dimensions(), (layout.width(), layout.height()));
         let (x0, y0) = (layout.x0(), layout.y0());
         let at = |x: u32, y: u32| {
@@ -877,7 +979,7 @@ mod tests {
         // The colour bar runs from the top colour down to the bottom one.
         let bar = layout.bar_x() + BAR / 2;
         assert_eq!(at(bar, y0), top);
-        assert_eq!(at(bar, y0 + layout.side() - 1), bottom);
+        assert_eq!(at(bar, y0 + layout.map_height() - 1), bottom);
 
         // Every token is named: dark pixels in each row's label band, left of the ticks.
         let ink = |p: RGBColor| u32::from(p.0) + u32::from(p.1) + u32::from(p.2) < 3 * 160;
@@ -891,9 +993,46 @@ mod tests {
             );
         }
         // The key labels start below the ticks' ends: the row just past the ticks is blank.
-        let below = y0 + layout.side() + TICK + 1;
-        let blank = (x0..x0 + layout.side()).all(|x| at(x, below) == WHITE);
+        let below = y0 + layout.map_height() + TICK + 1;
+        let blank = (x0..x0 + layout.map_width()).all(|x| at(x, below) == WHITE);
         assert!(blank, "a key label touches its tick");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn cross_heatmap_has_a_row_per_query_and_a_column_per_key() {
+        let dir = temp_dir("cross");
+        let path = dir.join("cross.png");
+        let queries: Vec<String> = ["3", "1"].iter().map(|s| s.to_string()).collect();
+        let keys: Vec<String> = ["one", "three", "four"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        // Query 0 ("3") on key 1 ("three"), query 1 ("1") on key 0 ("one").
+        let weights = [0.0, 1.0, 0.0, 1.0, 0.0, 0.0];
+        let err = cross_heatmap(&path, "t", &weights[..5], &queries, &keys).expect_err("5 != 6");
+        assert!(err.to_string().contains("expected 6"), "{err}");
+        cross_heatmap(&path, "cross", &weights, &queries, &keys).expect("cross heatmap");
+
+        let image = image::open(&path).expect("a PNG").to_rgb8();
+        let layout = Labels::Large.layout(&Axes::cross(Labels::Large, &queries, &keys));
+        assert_eq!((layout.rows, layout.cols), (2, 3));
+        assert_eq!(image.dimensions(), (layout.width(), layout.height()));
+        assert!(layout.map_width() > layout.map_height());
+        let at = |query: usize, key: usize| {
+            let p = image
+                .get_pixel(
+                    layout.x0() + layout.centre(key) as u32,
+                    layout.y0() + layout.centre(query) as u32,
+                )
+                .0;
+            RGBColor(p[0], p[1], p[2])
+        };
+        for (i, row) in weights.chunks(3).enumerate() {
+            for (j, &w) in row.iter().enumerate() {
+                assert_eq!(at(i, j), weight_color(w), "query {i}, key {j}");
+            }
+        }
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

@@ -8,6 +8,7 @@
 //! DIR/timings.csv                       the wall time of each of those rows
 //! DIR/loss.png, DIR/accuracy.png        the curves (crate::plot)
 //! DIR/attention/layer<L>-head<H>.png    each head's weights on the first held-out sequence
+//! DIR/attention/cross-layer<L>-head<H>.png   each cross-attention head's (encoder-decoder)
 //! DIR/checkpoints/                      weights, optimizer and loop state (crate::checkpoint)
 //! ```
 //!
@@ -299,6 +300,16 @@ impl RunDir {
     /// As [`claim`](Self::claim).
     pub fn head_heatmap(&self, layer: usize, head: usize) -> Result<PathBuf, TrainError> {
         self.claim(&format!("{ATTENTION_DIR}/layer{layer}-head{head}.png"))
+    }
+
+    /// `attention/cross-layer<layer>-head<head>.png`, its folder created if missing.
+    ///
+    /// # Errors
+    ///
+    /// [`TrainError::Io`] when the folder cannot be created.
+    pub fn cross_heatmap(&self, layer: usize, head: usize) -> Result<PathBuf, TrainError> {
+        let path = self.head_heatmap(layer, head)?;
+        Ok(path.with_file_name(format!("cross-layer{layer}-head{head}.png")))
     }
 
     /// Writes `config.json`.

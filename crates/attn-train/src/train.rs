@@ -5,11 +5,15 @@
 //! One update, for a batch `(x, y)` with `x, y: [batch, seq_len]`:
 //!
 //! ```text
-//! logits = encoder(x)                              [batch, seq_len, n_classes]
+//! logits = model(x)                                [batch, seq_len, n_classes]
 //! loss   = mean over scored positions of -log softmax(logits)[y]
 //! g      = clip(∇ loss, grad_clip)                 global L2 norm
 //! θ      = Adam(θ, g, lr(step))
 //! ```
+//!
+//! The model is the task's ([`crate::model::Model`]): an encoder classifying each position, or a
+//! decoder (decoder-only, or reading an encoder's output) trained with teacher forcing, `x` the
+//! text and `y` the text shifted by one.
 //!
 //! The pieces live by job: the objective in [`crate::loss`], the held-out set and its metrics
 //! in [`crate::evaluate`], the attention heatmaps and cue weights in [`crate::inspect`], the
@@ -39,7 +43,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use attn_model::TokenEncoder;
 use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer};
@@ -54,6 +57,7 @@ use crate::evaluate::{eval_set, evaluate};
 use crate::inspect;
 use crate::loss::{loss_function, token_loss, value_of};
 use crate::metrics::{EvalMetrics, MetricsLog, MetricsRow};
+use crate::model::Model;
 use crate::plot;
 use crate::progress::Progress;
 use crate::random::{self, Rng, Stream};
@@ -153,7 +157,7 @@ pub fn resume(
 
 /// Where a run starts: afresh, or from the newest checkpoint of its folder.
 struct Start {
-    model: TokenEncoder,
+    model: Model,
     optim: ModuleOptimizer,
     scheduler: Scheduler,
     state: TrainState,
@@ -173,7 +177,7 @@ fn start(
     let schedule = config.schedule();
     train_device.seed(random::init_seed(config.seed));
     let mut start = Start {
-        model: config.encoder_config().init(train_device)?,
+        model: Model::init(config, train_device)?,
         optim: optimizer(&config.optim),
         scheduler: schedule.scheduler()?,
         state: TrainState {
@@ -303,7 +307,7 @@ pub fn run_on(
         .stop_at
         .map_or(config.steps, |s| s.min(config.steps));
     let progress = Progress::new(options.progress, state.step, config.steps);
-    let tokens_per_batch = (config.batch_size * task.seq_len) as u64;
+    let tokens_per_batch = (config.batch_size * task.model_seq_len()) as u64;
 
     let mut train_time = 0.0;
     let wall_before = state.wall_seconds;
@@ -340,7 +344,7 @@ pub fn run_on(
         // Dropout draws from the backend's generator: reseeding it per step makes the masks a
         // function of (seed, step), whatever ran before.
         train_device.seed(random::dropout_seed(config.seed, step));
-        let logits = model.forward(batch.tokens_tensor(&train_device)); // [batch, seq_len, n_classes]
+        let logits = model.logits(&batch, &train_device)?; // [batch, seq_len, n_classes]
         let loss = token_loss(&loss_fn, logits, batch.targets_tensor(&train_device));
         let loss_value = value_of(loss.clone())?;
         if let Some(err) = diverged(step, loss_value, state.first_loss, &last_checkpoint) {
@@ -432,10 +436,15 @@ pub fn run_on(
     {
         plot::loss_curve(&dir.loss_plot()?, &log)?;
         plot::accuracy_curve(&dir.accuracy_plot()?, &log)?;
-        inspect::draw_heads(dir, &valid, task, eval_set[0].sequence(0), &device)?;
+        inspect::draw_heads(dir, &valid, task, &eval_set[0], &device)?;
     }
-    let cue_attention = match task.kind {
-        TaskKind::Context => Some(inspect::cue_attention(&valid, task, &eval_set[0], &device)?),
+    let cue_attention = match (task.kind, &valid) {
+        (TaskKind::Context, Model::Encoder(encoder)) => Some(inspect::cue_attention(
+            encoder,
+            task,
+            &eval_set[0],
+            &device,
+        )?),
         _ => None,
     };
 
@@ -502,6 +511,7 @@ mod tests {
                 seq_len: 5,
                 vocab: 3,
                 min_distance: 1,
+                digits: 2,
             },
             ..TrainConfig::default()
         };
@@ -565,6 +575,63 @@ mod tests {
                 summary.final_metrics
             );
         });
+    }
+
+    #[test]
+    fn generating_tasks_train_and_their_loss_falls() {
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        for_each_device(|d| {
+            for kind in [TaskKind::Add, TaskKind::Translate] {
+                let mut config = tiny(d, kind, 60);
+                config.task.seq_len = 4;
+                config.model.pos = PosName::Learned.scheme(config.task.model_seq_len());
+                config.model.d_model = 16;
+                config.model.dropout = 0.0;
+                config.batch_size = 16;
+                config.eval_every = 15;
+                config.eval_sequences = 8;
+                let one = TrainConfig {
+                    steps: 1,
+                    eval_every: 1,
+                    ..config.clone()
+                };
+                let first = run_on(&one, d.device.clone(), &quiet(None)).expect("one step");
+                assert_eq!(first.steps, 1);
+                let summary = run_on(&config, d.device.clone(), &quiet(None)).expect("trains");
+                let rows = &summary.history.rows;
+                assert_eq!(rows.len(), 4);
+                let (start, end) = (rows[0], rows[3]);
+                assert!(
+                    end.train_loss < 0.9 * start.train_loss && end.eval_loss < start.eval_loss,
+                    "{kind}: {start:?} -> {end:?}"
+                );
+                let m = summary.final_metrics;
+                assert!((0.0..=1.0).contains(&m.token_accuracy), "{kind}: {m:?}");
+                assert!(m.sequence_accuracy <= m.token_accuracy, "{kind}: {m:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn a_translate_run_writes_a_cross_attention_heatmap_per_head() {
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        let d = &attn_testing::devices()[0];
+        let mut config = tiny(d, TaskKind::Translate, 2);
+        config.task.seq_len = 4;
+        let out = temp_out("cross", d.name);
+        let options = RunOptions {
+            out: Some(out.clone()),
+            ..RunOptions::default()
+        };
+        run_on(&config, d.device.clone(), &options).expect("trains");
+        for f in [
+            "attention/layer0-head0.png",
+            "attention/cross-layer0-head0.png",
+            "attention/cross-layer0-head1.png",
+        ] {
+            assert!(out.join(f).is_file(), "{f} missing");
+        }
+        std::fs::remove_dir_all(out).expect("cleanup");
     }
 
     #[test]

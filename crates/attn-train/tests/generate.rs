@@ -1,0 +1,166 @@
+//! The `generate` subcommand end to end: a tiny run trained by the program itself, then
+//! generation from its folder, and the refusal of an encoder-only run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const PROGRAM: &str = env!("CARGO_BIN_EXE_attn-train");
+
+fn temp_out(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("attn-train-generate-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(PROGRAM)
+        .args(args)
+        .output()
+        .expect("the program starts")
+}
+
+/// Trains `task` for a few steps of a tiny model into `out`.
+fn train(task: &str, out: &Path) {
+    let out = out.to_str().expect("a UTF-8 temp path");
+    let output = run(&[
+        "--task",
+        task,
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "4",
+        "--digits",
+        "2",
+        "--d-model",
+        "8",
+        "--n-heads",
+        "2",
+        "--n-layers",
+        "1",
+        "--d-ff",
+        "12",
+        "--eval-every",
+        "3",
+        "--eval-sequences",
+        "4",
+        "--warmup-steps",
+        "1",
+        "--quiet",
+        "--no-plots",
+        "--out",
+        out,
+    ]);
+    assert!(
+        output.status.success(),
+        "training {task}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn generate_streams_an_answer_from_a_trained_add_run() {
+    let out = temp_out("add");
+    train("add", &out);
+    let dir = out.to_str().expect("UTF-8");
+    let greedy = run(&["generate", "--run", dir, "--prompt", "12+34="]);
+    let stderr = String::from_utf8_lossy(&greedy.stderr);
+    assert!(greedy.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&greedy.stdout);
+    // Three tokens of the add vocabulary (the answer of 2-digit operands), on the first line.
+    let first = stdout.lines().next().expect("a line of tokens");
+    assert_eq!(first.chars().count(), 3, "{stdout:?}");
+    assert!(
+        first.chars().all(|c| "_0123456789+=".contains(c)),
+        "{stdout:?}"
+    );
+
+    let again = run(&["generate", "--run", dir, "--prompt", "12+34="]);
+    assert_eq!(
+        again.stdout, greedy.stdout,
+        "greedy decoding is deterministic"
+    );
+
+    let sampled = run(&[
+        "generate",
+        "--run",
+        dir,
+        "--prompt",
+        "12+34",
+        "--temperature",
+        "1.5",
+        "--top-k",
+        "5",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "3",
+        "--max-new-tokens",
+        "2",
+    ]);
+    assert!(
+        sampled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sampled.stderr)
+    );
+    let line = String::from_utf8_lossy(&sampled.stdout);
+    assert_eq!(
+        line.lines().next().map(|l| l.chars().count()),
+        Some(2),
+        "{line:?}"
+    );
+
+    let bad = run(&["generate", "--run", dir, "--prompt", "123+4="]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("at most 2 digits"));
+    std::fs::remove_dir_all(out).expect("cleanup");
+}
+
+#[test]
+fn generate_refuses_an_encoder_only_run() {
+    let out = temp_out("reverse");
+    train("reverse", &out);
+    let output = run(&[
+        "generate",
+        "--run",
+        out.to_str().expect("UTF-8"),
+        "--prompt",
+        "1 2",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("encoder-only run (task reverse)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing to generate"), "{stderr}");
+    std::fs::remove_dir_all(out).expect("cleanup");
+}
+
+#[test]
+fn generate_translates_digit_words_from_a_trained_translate_run() {
+    let out = temp_out("translate");
+    train("translate", &out);
+    let dir = out.to_str().expect("UTF-8");
+    let output = run(&["generate", "--run", dir, "--prompt", "three one four one"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // One target token per source word: a digit, or the start token of an untrained model.
+    let line = stdout.lines().next().unwrap_or("");
+    let starts = line.matches("<s>").count();
+    let digits = line.replace("<s>", "").replace(' ', "");
+    assert!(digits.chars().all(|c| c.is_ascii_digit()), "{stdout:?}");
+    assert_eq!(digits.chars().count() + starts, 4, "{stdout:?}");
+
+    let short = run(&["generate", "--run", dir, "--prompt", "three one"]);
+    assert!(!short.status.success());
+    let stderr = String::from_utf8_lossy(&short.stderr);
+    assert!(
+        stderr.contains("4 digit words at a time; the prompt has 2"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(out).expect("cleanup");
+}
