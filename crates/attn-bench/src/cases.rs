@@ -447,7 +447,7 @@ fn decode_cached(device: &Device, seq_len: usize) -> Result<Step> {
             cache = prefill(&model)?;
         }
         let logits = model.try_step(token.clone(), &mut cache)?; // [batch, 1, vocab]
-        finish(&device, logits.argmax(2))
+        finish(&device, logits.argmax(2).float())
     }))
 }
 
@@ -460,7 +460,7 @@ fn decode_recompute(device: &Device, seq_len: usize) -> Result<Step> {
     Ok(Box::new(move || {
         let logits = model.try_forward(tokens.clone(), None)?; // [batch, seq_len + 1, vocab]
         let last = logits.narrow(1, seq_len, 1); // [batch, 1, vocab]
-        finish(&device, last.argmax(2))
+        finish(&device, last.argmax(2).float())
     }))
 }
 
@@ -497,7 +497,10 @@ impl BurnGpt2 {
     }
 
     /// A cache holding the first `seq_len` tokens.
-    fn prefill(&self, seq_len: usize) -> burn::nn::transformer::TransformerEncoderAutoregressiveCache {
+    fn prefill(
+        &self,
+        seq_len: usize,
+    ) -> burn::nn::transformer::TransformerEncoderAutoregressiveCache {
         let mut cache = self.encoder.new_autoregressive_cache();
         self.logits(seq_len, &mut cache);
         cache
@@ -531,7 +534,7 @@ fn burn_decode_cached(device: &Device, seq_len: usize) -> Result<Step> {
         }
         filled += 1;
         let logits = model.logits(filled, &mut cache); // [batch, 1, vocab]
-        finish(&model.device, logits.argmax(2))
+        finish(&model.device, logits.argmax(2).float())
     }))
 }
 

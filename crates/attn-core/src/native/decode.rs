@@ -446,7 +446,8 @@ mod tests {
                     _ => Some(rng.range(0, 5) as i64 - 6),
                 },
             };
-            let what = format!("trial {trial}, scores {scores:?}, d_head {d_head}, d_value {d_value}");
+            let what =
+                format!("trial {trial}, scores {scores:?}, d_head {d_head}, d_value {d_value}");
             check_every_instruction_set(&problem, &what);
         }
     }
