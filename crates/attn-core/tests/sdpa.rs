@@ -839,7 +839,7 @@ fn native_runs_the_native_kernel_as_one_operation_on_the_cpu_backends() {
         let mut rng = SeededRng::new(47);
         let [q, k, v, _] = three_block_problem(&mut rng, &d.device);
         // 9 queries against 70 keys: inference on the CPU backends takes the decode pass.
-        assert!(9 <= DECODE_MAX_QUERIES && 70 >= DECODE_MIN_KEYS);
+        const { assert!(9 <= DECODE_MAX_QUERIES && 70 >= DECODE_MIN_KEYS) };
         let expected = if native_serves(&d.device) {
             Route::NativeDecode
         } else {

@@ -280,14 +280,15 @@ fn dot<K: Kernels>(kernels: K, a: &[f32], b: &[f32]) -> f32 {
     let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let (a_tail, b_tail) = (a_chunks.remainder(), b_chunks.remainder());
     for (x, y) in a_chunks.zip(b_chunks) {
-        for l in 0..LANES {
-            acc[l] = kernels.mul_add(x[l], y[l], acc[l]);
+        for ((acc, &x), &y) in acc.iter_mut().zip(x).zip(y) {
+            *acc = kernels.mul_add(x, y, *acc);
         }
     }
     let mut width = LANES / 2;
     while width > 0 {
-        for l in 0..width {
-            acc[l] += acc[l + width];
+        let (low, high) = acc.split_at_mut(width);
+        for (a, &b) in low.iter_mut().zip(&high[..width]) {
+            *a += b;
         }
         width /= 2;
     }
