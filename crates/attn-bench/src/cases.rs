@@ -85,6 +85,18 @@ pub enum Workload {
     /// One training step of the toy model of `attn-train` (its default `TrainConfig`: forward,
     /// cross-entropy, backward, Adam), at the toy model's own sizes.
     TrainStep,
+    /// One greedy decoding step of [`attn_model::TokenDecoder`] at GPT-2 small's shape
+    /// ([`gpt2_small`]) with the key/value cache holding `seq_len` tokens: project one token,
+    /// attend over the cache, logits of that token.
+    DecodeCached,
+    /// The same token without a cache: [`attn_model::TokenDecoder::forward`] over the whole
+    /// prefix of `seq_len + 1` tokens (it returns the logits of every position).
+    DecodeRecompute,
+    /// One step of burn's own stack at the same shape: token and learned position embeddings,
+    /// `burn::nn::transformer::TransformerEncoder` (pre-norm, GELU, causal mask) through
+    /// `forward_autoregressive_inference`, whose `MhaCache` keeps every layer's projections,
+    /// then a final LayerNorm and the tied head on the last token.
+    BurnDecodeCached,
 }
 
 /// One benchmarked implementation; each runs for every pass of [`Case::passes`].
@@ -157,6 +169,21 @@ pub const CASES: &[Case] = &[
         name: "train_step",
         workload: Workload::TrainStep,
     },
+    Case {
+        implementation: "attn",
+        name: "decode_cached",
+        workload: Workload::DecodeCached,
+    },
+    Case {
+        implementation: "attn",
+        name: "decode_recompute",
+        workload: Workload::DecodeRecompute,
+    },
+    Case {
+        implementation: "burn",
+        name: "decode_cached",
+        workload: Workload::BurnDecodeCached,
+    },
 ];
 
 /// Every case with every pass it runs.
@@ -199,6 +226,9 @@ impl Case {
     pub fn passes(&self) -> &'static [Pass] {
         match self.workload {
             Workload::TrainStep => &[Pass::ForwardBackward],
+            Workload::DecodeCached | Workload::DecodeRecompute | Workload::BurnDecodeCached => {
+                &[Pass::Forward]
+            }
             _ => &Pass::ALL,
         }
     }
@@ -223,6 +253,10 @@ impl Case {
                     config.task.seq_len,
                     d_model / n_heads,
                 ]
+            }
+            Workload::DecodeCached | Workload::DecodeRecompute | Workload::BurnDecodeCached => {
+                let gpt2 = gpt2_small(seq_len);
+                [BATCH, gpt2.n_heads, seq_len, gpt2.d_model / gpt2.n_heads]
             }
             // The layer cases' d_model is n_heads · d_head.
             _ => [BATCH, N_HEADS, seq_len, D_HEAD],
@@ -253,7 +287,10 @@ impl Case {
             Workload::AttnEncoderBlock | Workload::BurnEncoderBlock => {
                 attention + projections + feed_forward
             }
-            Workload::TrainStep => return None,
+            Workload::TrainStep
+            | Workload::DecodeCached
+            | Workload::DecodeRecompute
+            | Workload::BurnDecodeCached => return None,
         };
         Some(match pass {
             Pass::Forward => forward,
@@ -296,6 +333,9 @@ impl Case {
                 })
             }
             Workload::TrainStep => train_step(&device),
+            Workload::DecodeCached => decode_cached(&device, seq_len),
+            Workload::DecodeRecompute => decode_recompute(&device, seq_len),
+            Workload::BurnDecodeCached => burn_decode_cached(&device, seq_len),
             Workload::AttnMha
             | Workload::BurnMha
             | Workload::AttnEncoderBlock
@@ -356,6 +396,148 @@ fn train_step(device: &Device) -> Result<Step> {
     }))
 }
 
+/// Tokens a decoding case can take past its context before its cache is rebuilt.
+const DECODE_HEADROOM: usize = 256;
+
+/// GPT-2 small's shape for a context of `seq_len` tokens: 12 layers of 12 heads, `d_model`
+/// 768, `d_ff` 3072, vocab 50257, learned positions, pre-norm, GELU, tied head, a final
+/// LayerNorm, no dropout, no embedding scale; the automatic attention strategy.
+pub fn gpt2_small(seq_len: usize) -> attn_model::TokenDecoderConfig {
+    attn_model::TokenDecoderConfig::new(
+        50257,
+        768,
+        12,
+        12,
+        3072,
+        attn_model::PositionalScheme::Learned {
+            max_len: seq_len + DECODE_HEADROOM + 1,
+        },
+    )
+    .with_dropout(0.0)
+    .with_norm(NormPlacement::Pre)
+    .with_activation(Activation::Gelu)
+    .with_scale_embedding(false)
+    .with_tie_embeddings(true)
+}
+
+/// `n` seeded token ids below `vocab`, as `[1, n]`.
+fn seeded_tokens(n: usize, vocab: usize, device: &Device) -> Tensor<2, Int> {
+    let mut rng = ChaCha8Rng::seed_from_u64(SEED);
+    let ids: Vec<i64> = (0..n).map(|_| rng.random_range(0..vocab) as i64).collect();
+    Tensor::<2, Int>::from_data(TensorData::new(ids, [1, n]), device) // [batch, n]
+}
+
+/// One cached greedy step at a context of `seq_len` tokens: the prompt is prefilled once, and
+/// the cache is rebuilt (outside the step's usual work) only when its headroom runs out.
+fn decode_cached(device: &Device, seq_len: usize) -> Result<Step> {
+    let config = gpt2_small(seq_len);
+    let model = config.init(device)?;
+    let prompt = seeded_tokens(seq_len, config.vocab, device);
+    let capacity = seq_len + DECODE_HEADROOM;
+    let prefill = move |model: &attn_model::TokenDecoder| -> Result<attn_model::KvCache> {
+        let mut cache = model.new_cache(BATCH, capacity, None)?;
+        model.try_step(prompt.clone(), &mut cache)?;
+        Ok(cache)
+    };
+    let mut cache = prefill(&model)?;
+    let token = seeded_tokens(1, config.vocab, device);
+    let device = device.clone();
+    Ok(Box::new(move || {
+        if cache.filled() == capacity {
+            cache = prefill(&model)?;
+        }
+        let logits = model.try_step(token.clone(), &mut cache)?; // [batch, 1, vocab]
+        finish(&device, logits.argmax(2).float())
+    }))
+}
+
+/// The same token recomputed from scratch: the whole prefix of `seq_len + 1` tokens.
+fn decode_recompute(device: &Device, seq_len: usize) -> Result<Step> {
+    let config = gpt2_small(seq_len);
+    let model = config.init(device)?;
+    let tokens = seeded_tokens(seq_len + 1, config.vocab, device);
+    let device = device.clone();
+    Ok(Box::new(move || {
+        let logits = model.try_forward(tokens.clone(), None)?; // [batch, seq_len + 1, vocab]
+        let last = logits.narrow(1, seq_len, 1); // [batch, 1, vocab]
+        finish(&device, last.argmax(2).float())
+    }))
+}
+
+/// burn's own modules at GPT-2 small's shape ([`Workload::BurnDecodeCached`]).
+struct BurnGpt2 {
+    embedding: burn::nn::Embedding,
+    positions: burn::nn::Embedding,
+    encoder: burn::nn::transformer::TransformerEncoder,
+    norm: burn::nn::LayerNorm,
+    /// The sequence the steps extend, `[batch, capacity]`.
+    tokens: Tensor<2, Int>,
+    device: Device,
+}
+
+impl BurnGpt2 {
+    /// One call of the stack over the first `n` tokens: the last token's logits,
+    /// `[batch, 1, vocab]`. burn's cache projects only the newest token, but its attention
+    /// takes every cached query, so each call attends `n` queries to `n` keys.
+    fn logits(
+        &self,
+        n: usize,
+        cache: &mut burn::nn::transformer::TransformerEncoderAutoregressiveCache,
+    ) -> Tensor<3> {
+        use burn::nn::attention::generate_autoregressive_mask;
+        let tokens = self.tokens.clone().narrow(1, 0, n); // [batch, n]
+        let ids = Tensor::<1, Int>::arange(0..n as i64, &self.device).unsqueeze::<2>(); // [1, n]
+        let x = self.embedding.forward(tokens) + self.positions.forward(ids); // [batch, n, d_model]
+        let mask = generate_autoregressive_mask(BATCH, n, &self.device); // [batch, n, n]
+        let input = TransformerEncoderInput::new(x).mask_attn(mask);
+        let h = self.encoder.forward_autoregressive_inference(input, cache); // [batch, n, d_model]
+        let last = self.norm.forward(h.narrow(1, n - 1, 1)); // [batch, 1, d_model]
+        let table = self.embedding.weight.val(); // [vocab, d_model]
+        last.matmul(table.transpose().unsqueeze::<3>()) // [batch, 1, vocab]
+    }
+
+    /// A cache holding the first `seq_len` tokens.
+    fn prefill(
+        &self,
+        seq_len: usize,
+    ) -> burn::nn::transformer::TransformerEncoderAutoregressiveCache {
+        let mut cache = self.encoder.new_autoregressive_cache();
+        self.logits(seq_len, &mut cache);
+        cache
+    }
+}
+
+/// burn's stack at GPT-2 small's shape, one autoregressive step at `seq_len` cached tokens.
+fn burn_decode_cached(device: &Device, seq_len: usize) -> Result<Step> {
+    use burn::nn::{EmbeddingConfig, LayerNormConfig};
+    let gpt2 = gpt2_small(seq_len);
+    let (d_model, vocab) = (gpt2.d_model, gpt2.vocab);
+    let capacity = seq_len + DECODE_HEADROOM;
+    let model = BurnGpt2 {
+        embedding: EmbeddingConfig::new(vocab, d_model).init(device),
+        positions: EmbeddingConfig::new(capacity, d_model).init(device),
+        encoder: TransformerEncoderConfig::new(d_model, gpt2.d_ff, gpt2.n_heads, gpt2.n_layers)
+            .with_dropout(0.0)
+            .with_norm_first(true)
+            .with_activation(ActivationConfig::Gelu)
+            .init(device),
+        norm: LayerNormConfig::new(d_model).init(device),
+        tokens: seeded_tokens(capacity, vocab, device),
+        device: device.clone(),
+    };
+    let mut cache = model.prefill(seq_len);
+    let mut filled = seq_len;
+    Ok(Box::new(move || {
+        if filled == capacity {
+            cache = model.prefill(seq_len);
+            filled = seq_len;
+        }
+        filled += 1;
+        let logits = model.logits(filled, &mut cache); // [batch, 1, vocab]
+        finish(&model.device, logits.argmax(2).float())
+    }))
+}
+
 /// A layer from `[batch, seq_len, d_model]` to `[batch, seq_len, d_model]`.
 type Layer = Box<dyn Fn(Tensor<3>) -> Tensor<3>>;
 
@@ -391,9 +573,7 @@ fn layer(workload: Workload, device: &Device) -> Result<Layer> {
                 .init(device);
             Box::new(move |x| encoder.forward(TransformerEncoderInput::new(x)))
         }
-        Workload::Attn(_) | Workload::BurnAttention | Workload::TrainStep => {
-            bail!("{workload:?} is not a layer")
-        }
+        _ => bail!("{workload:?} is not a layer"),
     })
 }
 

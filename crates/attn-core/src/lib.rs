@@ -67,7 +67,7 @@ pub use native::{
     NativeGradients, NativeOutput, native_attention, native_attention_backward, native_serves,
 };
 pub use options::{AttentionOptions, CausalAlignment, Strategy};
-pub use route::{NATIVE_TRAINING_MIN_KEYS, Route};
+pub use route::{DECODE_MAX_QUERIES, DECODE_MIN_KEYS, NATIVE_TRAINING_MIN_KEYS, Route};
 pub use sdpa::{
     AttentionOutput, PreparedAttention, scaled_dot_product_attention,
     try_scaled_dot_product_attention,

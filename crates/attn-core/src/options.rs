@@ -31,7 +31,10 @@ pub enum Strategy {
     ///   gradient, and [`Strategy::Explicit`] otherwise, the fastest differentiable path for
     ///   short sequences (and the training path on the CubeCL and other backends);
     /// - [`Strategy::Native`] otherwise (inference) on devices whose tensors live in host
-    ///   memory (flex, ndarray: see [`native_serves`](crate::native_serves));
+    ///   memory (flex, ndarray: see [`native_serves`](crate::native_serves)), as its decode
+    ///   pass ([`Route::NativeDecode`](crate::Route::NativeDecode)) for at most
+    ///   [`DECODE_MAX_QUERIES`](crate::DECODE_MAX_QUERIES) queries against at least
+    ///   [`DECODE_MIN_KEYS`](crate::DECODE_MIN_KEYS) keys;
     /// - [`Strategy::Fused`] otherwise (inference elsewhere: the CubeCL flash kernel on wgpu,
     ///   Vulkan, Metal and CUDA), burn's backend kernel.
     ///
@@ -63,8 +66,13 @@ pub enum Strategy {
     /// heads and query blocks. On flex and ndarray it runs as
     /// [`FlashAttentionOps`](crate::FlashAttentionOps), so it is differentiable through its
     /// own FlashAttention-2 backward; on other devices, or with a bias that needs a gradient,
-    /// its inputs take a round trip through host memory and it cannot be differentiated. No
-    /// weights, no dropout.
+    /// its inputs take a round trip through host memory and it cannot be differentiated. In
+    /// inference on flex and ndarray with at most
+    /// [`DECODE_MAX_QUERIES`](crate::DECODE_MAX_QUERIES) queries against at least
+    /// [`DECODE_MIN_KEYS`](crate::DECODE_MIN_KEYS) keys (a decoding step against its cache)
+    /// it runs its decode pass instead ([`Route::NativeDecode`](crate::Route::NativeDecode)):
+    /// the keys of each head split into chunks across threads, the chunks' partial softmaxes
+    /// merged exactly. No weights, no dropout.
     Native,
 }
 

@@ -17,6 +17,15 @@ use crate::{
 /// pair at s = 64 (0.73 against 1.23 ms) and beyond.
 pub const NATIVE_TRAINING_MIN_KEYS: usize = 64;
 
+/// From this many keys on, inference with at most [`DECODE_MAX_QUERIES`] queries per head
+/// takes the decode pass ([`Route::NativeDecode`]) on the CPU backends under
+/// [`Strategy::Auto`] and [`Strategy::Native`]. Below it a call is too small for the split
+/// along the keys to pay for its tasks and merge.
+pub const DECODE_MIN_KEYS: usize = 64;
+
+/// The most queries per (batch, head) the decode pass ([`Route::NativeDecode`]) takes.
+pub const DECODE_MAX_QUERIES: usize = native::DECODE_MAX_QUERIES;
+
 /// The code that computed an attention call ([`AttentionOutput::route`]).
 ///
 /// Each [`Strategy`] is one algorithm; where it runs as more than one route, the routes compute
@@ -53,6 +62,12 @@ pub enum Route {
     /// operation is not the native kernel, or with a bias that needs a gradient; it cannot be
     /// recorded by autodiff.
     NativeHost,
+    /// [`Strategy::Native`]'s decode pass (`native/decode.rs`), on flex and ndarray in
+    /// inference with at most [`DECODE_MAX_QUERIES`] queries and at least [`DECODE_MIN_KEYS`]
+    /// keys: the keys of each (batch, key/value head) split into chunks across threads, each
+    /// chunk's partial softmax merged exactly (flash-decoding). Never chosen under a recording
+    /// autodiff graph.
+    NativeDecode,
 }
 
 impl Route {
@@ -65,6 +80,7 @@ impl Route {
             Route::Fused => "fused",
             Route::NativeOperation => "native (one operation)",
             Route::NativeHost => "native (host copies)",
+            Route::NativeDecode => "native decode (split keys)",
         }
     }
 
@@ -88,6 +104,12 @@ impl Route {
             Route::NativeHost
         };
         let needs_matrix = options.need_weights || plan.dropout > 0.0;
+        let [_, _, seq_len_q, seq_len_kv] = plan.scores_shape;
+        // A few queries against a long cache, nothing to record, data in host memory.
+        let decode = !recording
+            && native::native_serves(&device)
+            && seq_len_q <= DECODE_MAX_QUERIES
+            && seq_len_kv >= DECODE_MIN_KEYS;
         match options.strategy {
             Strategy::Auto if needs_matrix => Ok(Route::Explicit),
             Strategy::Auto if recording => {
@@ -98,6 +120,7 @@ impl Route {
                     Ok(Route::Explicit)
                 }
             }
+            Strategy::Auto if decode => Ok(Route::NativeDecode),
             Strategy::Auto if native::native_serves(&device) => Ok(native),
             Strategy::Auto => Ok(Route::Fused),
             Strategy::Explicit => Ok(Route::Explicit),
@@ -120,7 +143,7 @@ impl Route {
             Strategy::Native => {
                 let differentiable = native == Route::NativeOperation;
                 native::check_can_run(q, k, v, options, plan, differentiable)?;
-                Ok(native)
+                Ok(if decode { Route::NativeDecode } else { native })
             }
         }
     }
@@ -153,6 +176,7 @@ impl Route {
                 (context, None)
             }
             Route::NativeHost => (native::attention(q, k, v, plan), None),
+            Route::NativeDecode => (native::decode_attention(q, k, v, plan), None),
         };
         AttentionOutput {
             context,

@@ -2,9 +2,9 @@
 //! differences, and against the properties the math promises, on every strategy and backend.
 
 use attn_core::{
-    AttentionError, AttentionOptions, CausalAlignment, NATIVE_TRAINING_MIN_KEYS, Route, Strategy,
-    native_attention, native_attention_backward, native_serves, scaled_dot_product_attention,
-    try_scaled_dot_product_attention,
+    AttentionError, AttentionOptions, CausalAlignment, DECODE_MAX_QUERIES, DECODE_MIN_KEYS,
+    NATIVE_TRAINING_MIN_KEYS, Route, Strategy, native_attention, native_attention_backward,
+    native_serves, scaled_dot_product_attention, try_scaled_dot_product_attention,
 };
 use attn_testing::{
     ATOL, RTOL, RefTensor, SeededRng, TestDevice, assert_close, assert_close_slices,
@@ -838,15 +838,17 @@ fn native_runs_the_native_kernel_as_one_operation_on_the_cpu_backends() {
     for_each_device(|d| {
         let mut rng = SeededRng::new(47);
         let [q, k, v, _] = three_block_problem(&mut rng, &d.device);
+        // 9 queries against 70 keys: inference on the CPU backends takes the decode pass.
+        const { assert!(9 <= DECODE_MAX_QUERIES && 70 >= DECODE_MIN_KEYS) };
         let expected = if native_serves(&d.device) {
-            Route::NativeOperation
+            Route::NativeDecode
         } else {
             Route::NativeHost
         };
         let native = AttentionOptions::new().with_strategy(Strategy::Native);
         let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &native);
         assert_eq!(out.route, expected, "{}", d.name);
-        if expected == Route::NativeOperation {
+        if expected == Route::NativeDecode {
             let autodiff = d.device.clone().autodiff();
             let on = |t: &Tensor<4>| t.clone().to_device(&autodiff).autodiff().require_grad();
             let out = scaled_dot_product_attention(on(&q), on(&k), on(&v), &native);
@@ -912,5 +914,79 @@ fn auto_routes_as_its_documentation_says() {
             "{}: dropout",
             d.name
         );
+    });
+}
+
+#[test]
+fn auto_and_native_take_the_decode_pass_for_few_queries_against_many_keys() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(59);
+        let autodiff = d.device.clone().autodiff();
+        let cpu = native_serves(&d.device);
+        for strategy in [Strategy::Auto, Strategy::Native] {
+            let mut run = |seq_len_q: usize, seq_len_kv: usize, train: bool| {
+                let device = if train { &autodiff } else { &d.device };
+                let on = |t: Tensor<4>| {
+                    let t = t.to_device(device);
+                    if train {
+                        t.autodiff().require_grad()
+                    } else {
+                        t
+                    }
+                };
+                // Grouped heads, a padding mask, a bias and bottom-right causality, as a
+                // decoder's cached step passes them.
+                let q = on(rng.tensor([2, 6, seq_len_q, 8], &d.device));
+                let k = on(rng.tensor([2, 2, seq_len_kv, 8], &d.device));
+                let v = on(rng.tensor([2, 2, seq_len_kv, 5], &d.device));
+                let padding = rng.bool_tensor([2, 1, 1, seq_len_kv], 0.2, device);
+                let bias = rng.tensor([1, 6, seq_len_q, seq_len_kv], device);
+                let options = AttentionOptions::new()
+                    .with_mask(padding)
+                    .with_bias(bias)
+                    .with_causal(CausalAlignment::BottomRight);
+                let out = scaled_dot_product_attention(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &options.clone().with_strategy(strategy),
+                );
+                let explicit = scaled_dot_product_attention(
+                    q,
+                    k,
+                    v,
+                    &options.with_strategy(Strategy::Explicit),
+                );
+                let what = format!(
+                    "{} {}: {seq_len_q} queries, {seq_len_kv} keys, train {train}",
+                    d.name,
+                    strategy.name()
+                );
+                assert_tensors_close(out.context, explicit.context, ATOL, RTOL, &what);
+                (out.route, what)
+            };
+            let (few, many) = (DECODE_MAX_QUERIES, DECODE_MIN_KEYS);
+            for (seq_len_q, seq_len_kv) in [(1, many), (few, many), (3, 3 * many + 5)] {
+                let (route, what) = run(seq_len_q, seq_len_kv, false);
+                let expected = match (cpu, strategy) {
+                    (true, _) => Route::NativeDecode,
+                    (false, Strategy::Auto) => Route::Fused,
+                    (false, _) => Route::NativeHost,
+                };
+                assert_eq!(route, expected, "{what}");
+            }
+            // Too many queries, too few keys, or training: not the decode pass.
+            for (seq_len_q, seq_len_kv, train) in [
+                (few + 1, many, false),
+                (1, many - 1, false),
+                (1, many, true),
+            ] {
+                let (route, what) = run(seq_len_q, seq_len_kv, train);
+                assert_ne!(route, Route::NativeDecode, "{what}");
+                if cpu && !train {
+                    assert_eq!(route, Route::NativeOperation, "{what}");
+                }
+            }
+        }
     });
 }

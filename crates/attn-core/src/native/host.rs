@@ -22,6 +22,7 @@ use burn::backend::{
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 
 use super::backward;
+use super::decode;
 use super::forward;
 use super::problem::{Broadcast, Problem};
 use crate::PreparedAttention;
@@ -51,6 +52,29 @@ pub(super) fn forward_tensors(
             .cast(dtype)
     });
     (context, lse)
+}
+
+/// Copies the inputs to the host, runs the decode pass, and builds the context on `q`'s
+/// device, in `q`'s float type.
+pub(super) fn decode_tensors(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    plan: &PreparedAttention,
+) -> Tensor<4> {
+    let [batch, n_heads, seq_len_q, _] = plan.scores_shape;
+    let d_value = v.dims()[3];
+    let device = q.device();
+    let dtype = q.dtype();
+    let host = HostInputs::from_tensors(q, k, v, plan);
+    let problem = host.problem(plan.scale as f32, plan.causal_offset);
+    let mut context = vec![0.0; batch * n_heads * seq_len_q * d_value];
+    decode::attention(&problem, &mut context, None);
+    Tensor::<4>::from_data(
+        TensorData::new(context, [batch, n_heads, seq_len_q, d_value]),
+        &device,
+    )
+    .cast(dtype)
 }
 
 /// Copies the inputs, the forward's outputs and `d_context` to the host, runs the backward

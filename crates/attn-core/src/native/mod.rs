@@ -19,12 +19,12 @@
 //! This file is the public API; beneath it, each line uses only the lines below it:
 //!
 //! ```text
-//! host.rs                          burn tensors ⇄ host buffers (HostInputs)
-//! forward.rs, backward.rs          the passes (ForwardTask, BackwardTask)
-//! problem.rs                       the inputs as host slices (Problem, Broadcast)
-//! instructions.rs                  which instruction set runs a pass (Instructions)
-//! portable.rs, avx2.rs, avx512.rs  the kernels, once per instruction set (with exp.rs)
-//! simd.rs                          the SIMD layer (Kernels, Gemm, MR, NR, Pass, Vectorized)
+//! host.rs                             burn tensors ⇄ host buffers (HostInputs)
+//! forward.rs, backward.rs, decode.rs  the passes (ForwardTask, BackwardTask, DecodeTask)
+//! problem.rs                          the inputs as host slices (Problem, Broadcast)
+//! instructions.rs                     which instruction set runs a pass (Instructions)
+//! portable.rs, avx2.rs, avx512.rs     the kernels, once per instruction set (with exp.rs)
+//! simd.rs                             the SIMD layer (Kernels, Gemm, MR, NR, Pass, Vectorized)
 //! ```
 //!
 //! Only this file and `host.rs` import burn; the passes and the kernels work on plain slices.
@@ -36,6 +36,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod backward;
+mod decode;
 mod exp;
 mod forward;
 pub(crate) mod host;
@@ -47,6 +48,8 @@ mod simd;
 use burn::tensor::{Device, Tensor};
 
 use crate::{AttentionError, AttentionOptions, PreparedAttention, Strategy};
+
+pub(crate) use decode::DECODE_MAX_QUERIES;
 
 /// What [`native_attention`] returns.
 #[derive(Clone, Debug)]
@@ -225,6 +228,18 @@ pub(crate) fn attention(
     plan: &PreparedAttention,
 ) -> Tensor<4> {
     host::forward_tensors(q, k, v, plan, false).0
+}
+
+/// The context from the decode pass (a few queries against many keys, split along the keys),
+/// for [`Route::NativeDecode`](crate::Route::NativeDecode). Inference only: the caller checks
+/// that nothing is recorded.
+pub(crate) fn decode_attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    plan: &PreparedAttention,
+) -> Tensor<4> {
+    host::decode_tensors(q, k, v, plan)
 }
 
 #[cfg(test)]
