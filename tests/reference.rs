@@ -126,3 +126,26 @@ fn a_malformed_file_is_an_error_naming_the_file_and_the_fault() {
     );
     std::fs::remove_dir_all(dir).expect("cleanup");
 }
+
+#[test]
+fn hugging_face_model_folders_pass_on_every_backend() {
+    let hf = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/attn-model/tests/data/hf");
+    let devices = devices();
+    for (model, cases) in [
+        (
+            "bert_tiny",
+            ["last_hidden_state", "pooler_output"].as_slice(),
+        ),
+        (
+            "gpt2_tiny",
+            ["batch_logits", "greedy_step_logits", "greedy_ids"].as_slice(),
+        ),
+    ] {
+        let reports = check_dir(&hf.join(model), &devices).expect("model folder runs");
+        assert!(failures(&reports).is_empty(), "{:#?}", failures(&reports));
+        assert_eq!(reports.len(), cases.len() * devices.len(), "{model}");
+        for case in cases {
+            assert!(reports.iter().any(|r| r.case == *case), "{model}: {case}");
+        }
+    }
+}

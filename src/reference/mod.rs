@@ -7,6 +7,7 @@
 //! shapes or seeds are checked the same way.
 
 mod encoder_layer;
+mod hf;
 mod mha;
 mod positional;
 mod sdpa;
@@ -73,13 +74,27 @@ const FILES: [(&str, Checker); 4] = [
     (EncoderLayerFile::PATH, encoder_layer::check),
 ];
 
-/// Runs every known reference file present in `dir` on every device.
+/// Runs every known reference file present in `dir` on every device, and every Hugging Face
+/// model folder: `dir` itself when it is one, and each folder of `dir/hf/`.
 ///
 /// # Errors
-/// When `dir` holds none of the known files, or a file cannot be read or parsed.
+/// When `dir` holds none of the known files or model folders, or a file cannot be read or
+/// parsed, or a model cannot be loaded.
 pub fn check_dir(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
     let mut reports = Vec::new();
     let mut found = 0;
+    let mut models = vec![dir.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(dir.join("hf")) {
+        let mut folders: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        folders.sort();
+        models.extend(folders);
+    }
+    for model in models.iter().filter(|m| hf::is_model_folder(m)) {
+        found += 1;
+        reports.extend(
+            hf::check(model, devices).with_context(|| format!("checking {}", model.display()))?,
+        );
+    }
     for (name, check) in FILES {
         let path = dir.join(name);
         if !path.exists() {
@@ -91,7 +106,8 @@ pub fn check_dir(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<CaseRep
     }
     anyhow::ensure!(
         found > 0,
-        "{} holds none of the reference files {:?}",
+        "{} holds none of the reference files {:?} and no model folder (config.json and \
+         reference.json)",
         dir.display(),
         FILES.map(|(n, _)| n)
     );

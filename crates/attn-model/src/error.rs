@@ -173,6 +173,9 @@ pub enum ModelError {
         /// The value given.
         value: f64,
     },
+    /// A model folder's `config.json` cannot be used.
+    #[error("model config: {0}")]
+    Config(#[from] ConfigError),
     /// Attention itself refused the shapes or options.
     #[error("attention: {0}")]
     Attention(#[from] AttentionError),
@@ -210,12 +213,46 @@ pub enum ModelError {
         got: Vec<usize>,
     },
     /// A tensor stored in a dtype this loader does not read.
-    #[error("tensor `{name}` is stored as {dtype}; only F32 and F64 are read")]
+    #[error(
+        "tensor `{name}` is stored as {dtype}; only floating-point tensors (F64, F32, F16, \
+         BF16) are read"
+    )]
     TensorDtype {
         /// PyTorch's name for it.
         name: String,
         /// The dtype found.
         dtype: String,
+    },
+}
+
+/// A model folder's configuration that cannot be read or does not fit the checkpoint.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// `config.json` cannot be read or parsed.
+    #[error("cannot read {path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// What the reader or parser said.
+        reason: String,
+    },
+    /// A setting this crate does not implement (another model type, another activation).
+    #[error("config `{key}` is {value}, but this loader supports {supported}")]
+    Unsupported {
+        /// The key in `config.json`.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What is supported.
+        supported: &'static str,
+    },
+    /// The folder holds none of the weight files a loader reads.
+    #[error("{folder} holds none of {files}")]
+    NoWeights {
+        /// The model folder.
+        folder: String,
+        /// The file names looked for.
+        files: &'static str,
     },
 }
 

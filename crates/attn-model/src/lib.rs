@@ -46,6 +46,7 @@ mod encoder_decoder;
 mod error;
 mod feed_forward;
 mod generate;
+pub mod hf;
 pub mod pytorch;
 mod token_decoder;
 mod token_encoder;
@@ -60,7 +61,7 @@ pub use decoder::{
 };
 pub use encoder::{Encoder, EncoderBlock, EncoderBlockConfig, EncoderConfig, NormPlacement};
 pub use encoder_decoder::{EncoderDecoder, EncoderDecoderConfig, Memory};
-pub use error::ModelError;
+pub use error::{ConfigError, ModelError};
 pub use feed_forward::{Activation, FeedForward, FeedForwardConfig};
 pub use generate::{GenerateConfig, GeneratedStep, Generation, Prompt, Sampling};
 pub use pytorch::{

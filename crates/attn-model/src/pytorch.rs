@@ -1,5 +1,5 @@
 //! Setting parameters from PyTorch: tensors in PyTorch's layout, and `state_dict`s saved as
-//! safetensors.
+//! safetensors or pickled by `torch.save`, read through burn-store.
 //!
 //! Layouts differ in two ways:
 //! - PyTorch's `nn.Linear` stores its weight `[d_output, d_input]` (`y = x · Wᵀ + b`); burn's
@@ -42,8 +42,9 @@ use std::path::Path;
 
 use burn::module::Param;
 use burn::nn::{LayerNorm, Linear};
-use burn::tensor::{Device, Tensor, TensorData};
-use safetensors::{Dtype, SafeTensors};
+use burn::store::burn_pack::Tensor as PackTensor;
+use burn::store::{ModuleStore, PytorchStore, SafetensorsStore, bridge};
+use burn::tensor::{DType, Device, Tensor};
 
 use crate::attention::MultiHeadAttention;
 use crate::decoder::DecoderBlock;
@@ -285,21 +286,37 @@ impl Encoder {
     }
 }
 
-/// One tensor as safetensors stores it, converted when asked for.
-#[derive(Clone, Debug)]
-struct StoredTensor {
-    dtype: Dtype,
-    shape: Vec<usize>,
-    bytes: Vec<u8>,
-}
-
-/// A PyTorch `state_dict` read from safetensors bytes (`safetensors.torch.save_file`).
+/// A PyTorch `state_dict` read through burn-store: safetensors (`safetensors.torch.save_file`,
+/// Hugging Face's `model.safetensors`) with [`SafetensorsStore`], pickled `torch.save` files
+/// (`.pt`, `.pth`, Hugging Face's `pytorch_model.bin`) with [`PytorchStore`].
+///
+/// burn-store reads the files and converts dtypes (F64, F16 and BF16 become f32 here); the
+/// names stay the checkpoint's own, and the loaders of this crate look each tensor up by that
+/// name, in the checkpoint's layout. They do not go through burn-store's `apply_to` with a
+/// `KeyRemapper` and the `PyTorchToBurnAdapter`, for two reasons: the applier reports a
+/// missing or misshapen tensor by the module's path and in burn's layout after the adapter's
+/// transpose, where these errors name the checkpoint's tensor and its stored shape; and a
+/// remapper maps one tensor to one parameter, while `in_proj_weight` and GPT-2's `c_attn`
+/// are each split into three projections.
 ///
 /// Built from bytes ([`from_safetensors`](Self::from_safetensors)) or from a path its caller
-/// gives ([`from_safetensors_file`](Self::from_safetensors_file)).
-#[derive(Clone, Debug)]
+/// gives ([`from_safetensors_file`](Self::from_safetensors_file),
+/// [`from_pytorch_file`](Self::from_pytorch_file)).
+#[derive(Clone)]
 pub struct StateDict {
-    tensors: BTreeMap<String, StoredTensor>,
+    tensors: BTreeMap<String, PackTensor>,
+}
+
+impl std::fmt::Debug for StateDict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(
+                self.tensors
+                    .iter()
+                    .map(|(name, t)| (name, (t.dtype, t.shape.as_slice()))),
+            )
+            .finish()
+    }
 }
 
 impl StateDict {
@@ -309,39 +326,48 @@ impl StateDict {
     /// [`ModelError::Load`] with the parser's reason when the bytes are not a valid
     /// safetensors file (truncated, corrupt header, offsets out of range).
     pub fn from_safetensors(bytes: &[u8]) -> Result<Self, ModelError> {
-        let parsed = SafeTensors::deserialize(bytes).map_err(|e| ModelError::Load {
-            reason: e.to_string(),
-        })?;
-        let tensors = parsed
-            .iter()
-            .map(|(name, view)| {
-                let stored = StoredTensor {
-                    dtype: view.dtype(),
-                    shape: view.shape().to_vec(),
-                    bytes: view.data().to_vec(),
-                };
-                (name.to_string(), stored)
-            })
-            .collect();
-        Ok(Self { tensors })
+        Self::from_store(SafetensorsStore::from_bytes(Some(bytes.to_vec())), "")
     }
 
-    /// Reads and parses a safetensors file; the one file this crate reads, at its caller's path.
+    /// Reads and parses a safetensors file, at its caller's path.
     ///
     /// # Errors
-    /// [`ModelError::Load`] naming the path when it cannot be read, or as
-    /// [`from_safetensors`](Self::from_safetensors) when its bytes are not safetensors.
+    /// [`ModelError::Load`] naming the path when it cannot be read or is not safetensors.
     pub fn from_safetensors_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| ModelError::Load {
+        // burn-store maps the file; a missing file is reported here with its path.
+        std::fs::metadata(path).map_err(|e| ModelError::Load {
             reason: format!("{}: {e}", path.display()),
         })?;
-        Self::from_safetensors(&bytes).map_err(|e| match e {
-            ModelError::Load { reason } => ModelError::Load {
-                reason: format!("{}: {reason}", path.display()),
-            },
-            other => other,
-        })
+        Self::from_store(
+            SafetensorsStore::from_file(path),
+            &format!("{}: ", path.display()),
+        )
+    }
+
+    /// Reads a pickled PyTorch file (`torch.save(model.state_dict())`, `pytorch_model.bin`).
+    ///
+    /// # Errors
+    /// [`ModelError::Load`] naming the path when it cannot be read or unpickled.
+    pub fn from_pytorch_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        std::fs::metadata(path).map_err(|e| ModelError::Load {
+            reason: format!("{}: {e}", path.display()),
+        })?;
+        Self::from_store(
+            PytorchStore::from_file(path),
+            &format!("{}: ", path.display()),
+        )
+    }
+
+    fn from_store(mut store: impl ModuleStore, context: &str) -> Result<Self, ModelError> {
+        let tensors = store
+            .get_all_tensors()
+            .map_err(|e| ModelError::Load {
+                reason: format!("{context}{e}"),
+            })?
+            .clone();
+        Ok(Self { tensors })
     }
 
     /// The tensor names, sorted.
@@ -359,11 +385,16 @@ impl StateDict {
         self.tensors.get(name).map(|t| t.shape.as_slice())
     }
 
+    /// The stored dtype of a tensor, if present.
+    pub fn dtype(&self, name: &str) -> Option<DType> {
+        self.tensors.get(name).map(|t| t.dtype)
+    }
+
     /// One tensor on `device`, checked against the shape the caller needs.
     ///
     /// # Errors
     /// [`ModelError::MissingTensor`], [`ModelError::TensorShape`], [`ModelError::TensorDtype`]
-    /// (F32 and F64 are read; F64 is narrowed to f32).
+    /// (floating-point tensors are read and converted to f32).
     pub fn tensor<const D: usize>(
         &self,
         name: &str,
@@ -374,32 +405,25 @@ impl StateDict {
             .tensors
             .get(name)
             .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
-        if stored.shape != expected {
+        if stored.shape.as_slice() != expected {
             return Err(ModelError::TensorShape {
                 name: name.into(),
                 expected: expected.to_vec(),
-                got: stored.shape.clone(),
+                got: stored.shape.to_vec(),
             });
         }
-        let values: Vec<f32> = match stored.dtype {
-            Dtype::F32 => stored
-                .bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().expect("chunks of 4 bytes")))
-                .collect(),
-            Dtype::F64 => stored
-                .bytes
-                .chunks_exact(8)
-                .map(|b| f64::from_le_bytes(b.try_into().expect("chunks of 8 bytes")) as f32)
-                .collect(),
-            other => {
-                return Err(ModelError::TensorDtype {
-                    name: name.into(),
-                    dtype: format!("{other:?}"),
-                });
-            }
-        };
-        Ok(Tensor::from_data(TensorData::new(values, expected), device))
+        if !stored.dtype.is_float() {
+            return Err(ModelError::TensorDtype {
+                name: name.into(),
+                dtype: format!("{:?}", stored.dtype),
+            });
+        }
+        let data = bridge::to_data(stored).map_err(|e| ModelError::Load {
+            reason: format!("tensor `{name}`: {e}"),
+        })?;
+        // F64, F16 and BF16 are widened or narrowed to the f32 every module computes in.
+        let data = data.convert::<f32>();
+        Ok(Tensor::from_data(data, device))
     }
 
     /// `{name}.weight` `[d_output, d_input]` and, when present, `{name}.bias` `[d_output]`.
@@ -579,7 +603,7 @@ fn split_in_proj(
 }
 
 /// Loads the four projections; `prefix` names them in errors (`self_attn.` in a block).
-fn load_attention(
+pub(crate) fn load_attention(
     mut attention: MultiHeadAttention,
     weights: TorchMultiheadAttention,
     prefix: &str,
@@ -596,7 +620,11 @@ fn load_attention(
 }
 
 /// Sets a burn `Linear` (`[d_input, d_output]`) from PyTorch's `[d_output, d_input]`.
-fn load_linear(mut linear: Linear, torch: TorchLinear, name: &str) -> Result<Linear, ModelError> {
+pub(crate) fn load_linear(
+    mut linear: Linear,
+    torch: TorchLinear,
+    name: &str,
+) -> Result<Linear, ModelError> {
     let [d_input, d_output] = linear.weight.shape().dims();
     check_torch_shape(
         &format!("{name}.weight"),
@@ -609,7 +637,7 @@ fn load_linear(mut linear: Linear, torch: TorchLinear, name: &str) -> Result<Lin
 }
 
 /// Sets a LayerNorm's `γ` and `β`.
-fn load_norm(
+pub(crate) fn load_norm(
     mut norm: LayerNorm,
     torch: TorchLayerNorm,
     name: &str,
@@ -653,7 +681,10 @@ fn check_torch_shape(name: &str, expected: &[usize], got: &[usize]) -> Result<()
 
 /// A parameter with a new value on the parameter's device, keeping its id and whether it
 /// trains.
-fn replace<const D: usize>(param: Param<Tensor<D>>, value: Tensor<D>) -> Param<Tensor<D>> {
+pub(crate) fn replace<const D: usize>(
+    param: Param<Tensor<D>>,
+    value: Tensor<D>,
+) -> Param<Tensor<D>> {
     param.map(|old| {
         let trains = old.is_require_grad();
         value
@@ -668,6 +699,8 @@ mod tests {
     use super::*;
     use crate::{EncoderBlockConfig, MultiHeadAttentionConfig};
     use attn_testing::{SeededRng, assert_close_slices, data_dir, to_vec};
+    use burn::tensor::TensorData;
+    use safetensors::Dtype;
     use safetensors::tensor::TensorView;
 
     fn state_dict_bytes(tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> Vec<u8> {

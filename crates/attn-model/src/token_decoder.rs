@@ -495,7 +495,7 @@ impl TokenDecoder {
     }
 
     /// `x · W_head`, or `x · Eᵀ` when tied.
-    fn logits(&self, x: Tensor<3>) -> Tensor<3> {
+    pub(crate) fn logits(&self, x: Tensor<3>) -> Tensor<3> {
         match &self.head {
             Some(head) => head.forward(x), // [batch, seq_len, vocab]
             None => {

@@ -6,7 +6,7 @@
 //! - [`ReferenceFile`] reads a known file from a reference folder, with an error that names
 //!   the file and what is wrong ([`ReferenceError`]); [`read`] reads any other layout.
 //! - Each known file is one module holding its case types: [`sdpa`], [`positional`], [`mha`],
-//!   [`encoder_layer`].
+//!   [`encoder_layer`], [`hf`].
 //! - [`ATOL`], [`RTOL`] and [`Closeness`] decide whether computed values match, and keep the
 //!   largest difference for the report.
 //!
@@ -25,6 +25,7 @@ pub mod close;
 pub mod encoder_layer;
 mod error;
 mod file;
+pub mod hf;
 pub mod mha;
 pub mod positional;
 pub mod sdpa;
@@ -34,6 +35,7 @@ pub use close::{ATOL, Closeness, RTOL, Tolerance, Worst};
 pub use encoder_layer::{EncoderLayerCase, EncoderLayerFile};
 pub use error::ReferenceError;
 pub use file::{ReferenceFile, read};
+pub use hf::{BertReference, Gpt2Reference};
 pub use mha::{AttentionWeights, MhaCase, MhaFile};
 pub use positional::PositionalFile;
 pub use sdpa::{SdpaCase, SdpaFile};

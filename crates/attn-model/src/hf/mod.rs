@@ -1,0 +1,105 @@
+//! Models written by Hugging Face's `save_pretrained`: a folder with `config.json` and
+//! `model.safetensors` (or `pytorch_model.bin`), loaded into this crate's own modules.
+//!
+//! - [`Bert`]: `BertModel`, on [`Encoder`](crate::Encoder) (post-norm blocks, LayerNorm
+//!   epsilon `1e-12`, exact GELU) with word, position and token-type embeddings and the pooler.
+//! - [`Gpt2`]: `GPT2LMHeadModel`, on [`TokenDecoder`](crate::TokenDecoder) (pre-norm causal
+//!   blocks, learned positions, tanh GELU, final LayerNorm `ln_f`, head tied to the token
+//!   embedding), which decodes through its [`KvCache`](crate::KvCache).
+//!
+//! Files are read through burn-store ([`StateDict`]); F16, BF16 and F64 tensors become f32.
+//! Tensors are looked up by their Hugging Face names, with or without the task model's
+//! prefix (`bert.`, `transformer.`); a missing tensor, a tensor of the wrong shape and a
+//! setting this crate does not implement are each a [`ModelError`] naming the tensor or key
+//! and the numbers. Tensors the loaders do not use (a task head, a causal-mask buffer) are
+//! ignored.
+//!
+//! ```no_run
+//! use attn_model::hf::Gpt2;
+//! use attn_model::{GenerateConfig, Prompt};
+//! use burn::tensor::{Device, Int, Tensor};
+//!
+//! let device = Device::flex();
+//! let gpt2 = Gpt2::from_pretrained("gpt2_tiny", &device).expect("a GPT-2 folder");
+//! let prompt = Tensor::<2, Int>::from_ints([[19, 51, 78]], &device);
+//! let new = gpt2.model().generate(Prompt::new(prompt), GenerateConfig::new(8)).unwrap();
+//! println!("{:?}", new.tokens().unwrap());
+//! ```
+
+mod bert;
+mod config;
+mod gpt2;
+
+use std::path::Path;
+
+pub use bert::{Bert, BertOutput};
+pub use config::{BertConfig, CONFIG_FILE, Gpt2Config, read_config};
+pub use gpt2::Gpt2;
+
+use crate::error::{ConfigError, ModelError};
+use crate::pytorch::{StateDict, TorchLayerNorm, TorchLinear};
+use burn::tensor::Device;
+
+/// The weight files a folder may hold, in the order they are looked for.
+pub const WEIGHT_FILES: [&str; 3] = ["model.safetensors", "pytorch_model.bin", "model.pt"];
+
+/// Reads a model folder's weights: `model.safetensors`, else the pickled `pytorch_model.bin`
+/// or `model.pt` (through burn-store's PyTorch reader).
+///
+/// # Errors
+/// [`ConfigError::NoWeights`] when the folder holds none of them, [`ModelError::Load`] when
+/// the file cannot be parsed.
+pub fn read_weights(folder: &Path) -> Result<StateDict, ModelError> {
+    let [safetensors, bin, pt] = WEIGHT_FILES.map(|file| folder.join(file));
+    if safetensors.is_file() {
+        StateDict::from_safetensors_file(&safetensors)
+    } else if bin.is_file() {
+        StateDict::from_pytorch_file(&bin)
+    } else if pt.is_file() {
+        StateDict::from_pytorch_file(&pt)
+    } else {
+        Err(ConfigError::NoWeights {
+            folder: folder.display().to_string(),
+            files: "model.safetensors, pytorch_model.bin, model.pt",
+        }
+        .into())
+    }
+}
+
+/// The prefix a task model puts before the base model's names (`bert.`, `transformer.`):
+/// `prefixed` when `{prefixed}{probe}` is in the dict, else none.
+fn prefix(dict: &StateDict, prefixed: &str, probe: &str) -> String {
+    if dict.contains(&format!("{prefixed}{probe}")) {
+        prefixed.to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// `{name}.weight` `[d_output, d_input]` and `{name}.bias` `[d_output]` of an `nn.Linear`,
+/// both required.
+fn linear(
+    dict: &StateDict,
+    name: &str,
+    d_output: usize,
+    d_input: usize,
+    device: &Device,
+) -> Result<TorchLinear, ModelError> {
+    Ok(TorchLinear {
+        weight: dict.tensor(&format!("{name}.weight"), [d_output, d_input], device)?,
+        bias: Some(dict.tensor(&format!("{name}.bias"), [d_output], device)?),
+    })
+}
+
+/// `{name}.weight` and `{name}.bias` of an `nn.LayerNorm`, both `[d_model]` and required.
+fn layer_norm(
+    dict: &StateDict,
+    name: &str,
+    d_model: usize,
+    device: &Device,
+) -> Result<TorchLayerNorm, ModelError> {
+    Ok(TorchLayerNorm {
+        weight: dict.tensor(&format!("{name}.weight"), [d_model], device)?,
+        bias: Some(dict.tensor(&format!("{name}.bias"), [d_model], device)?),
+    })
+}

@@ -1,0 +1,400 @@
+//! Hugging Face checkpoints against transformers 5: a `BertModel` and a `GPT2LMHeadModel`
+//! written by `save_pretrained`, loaded into this crate's modules and run on every
+//! compiled-in backend; broken and half-precision checkpoints written here from them.
+//!
+//! `ATTN_TEST_DEVICES=flex,ndarray cargo test -p attn-model --test hf`
+
+use std::path::{Path, PathBuf};
+
+use attn_model::hf::{Bert, BertConfig, Gpt2, Gpt2Config, read_config, read_weights};
+use attn_model::{ConfigError, GenerateConfig, ModelError, Prompt};
+use attn_testing::reference::hf::TOLERANCE;
+use attn_testing::reference::{BertReference, Gpt2Reference};
+use attn_testing::{Closeness, RefTensor, Tolerance, for_each_device};
+use burn::tensor::{Device, Int, Tensor};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+
+fn folder(model: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/hf")
+        .join(model)
+}
+
+fn ids(t: &RefTensor, device: &Device) -> Tensor<2, Int> {
+    t.int_tensor(device)
+}
+
+/// Checks `actual` against `expected`, prints the largest difference, and returns it.
+#[track_caller]
+fn check<const D: usize>(
+    actual: Tensor<D>,
+    expected: &RefTensor,
+    tolerance: Tolerance,
+    what: &str,
+) -> f32 {
+    let mut closeness = Closeness::new(tolerance);
+    closeness.tensor(actual, expected);
+    eprintln!("{what}: {closeness}");
+    assert!(closeness.is_within(), "{what}: {closeness}");
+    closeness.max_abs_err()
+}
+
+fn bert_outputs(bert: &Bert, reference: &BertReference, device: &Device) -> (Tensor<3>, Tensor<2>) {
+    let out = bert
+        .try_forward(
+            ids(&reference.input_ids, device),
+            Some(ids(&reference.token_type_ids, device)),
+            Some(ids(&reference.attention_mask, device)),
+        )
+        .expect("inputs fit");
+    (
+        out.last_hidden_state,
+        out.pooler_output.expect("the checkpoint has a pooler"),
+    )
+}
+
+#[test]
+fn bert_tiny_matches_transformers_hidden_states_and_pooler_output() {
+    let reference = BertReference::from_folder(&folder("bert_tiny")).expect("reference.json");
+    for_each_device(|d| {
+        let bert = Bert::from_pretrained(folder("bert_tiny"), &d.device).expect("loads");
+        let (hidden, pooled) = bert_outputs(&bert, &reference, &d.device);
+        check(
+            hidden,
+            &reference.last_hidden_state,
+            TOLERANCE,
+            "last_hidden_state",
+        );
+        check(pooled, &reference.pooler_output, TOLERANCE, "pooler_output");
+    });
+}
+
+#[test]
+fn gpt2_tiny_matches_transformers_logits_of_a_right_padded_batch() {
+    let reference = Gpt2Reference::from_folder(&folder("gpt2_tiny")).expect("reference.json");
+    for_each_device(|d| {
+        let gpt2 = Gpt2::from_pretrained(folder("gpt2_tiny"), &d.device).expect("loads");
+        let logits = gpt2
+            .try_forward(
+                ids(&reference.batch_ids, &d.device),
+                Some(ids(&reference.batch_attention_mask, &d.device)),
+            )
+            .expect("inputs fit");
+        check(logits, &reference.batch_logits, TOLERANCE, "batch_logits");
+    });
+}
+
+#[test]
+fn gpt2_tiny_greedy_generation_through_the_cache_matches_transformers() {
+    let reference = Gpt2Reference::from_folder(&folder("gpt2_tiny")).expect("reference.json");
+    let expected = reference.new_tokens();
+    assert_eq!(expected.len(), reference.greedy_step_logits.len());
+    for_each_device(|d| {
+        let gpt2 = Gpt2::from_pretrained(folder("gpt2_tiny"), &d.device).expect("loads");
+        let prompt = Prompt::new(ids(&reference.prompt_ids, &d.device));
+        let config = GenerateConfig::new(expected.len()).with_keep_logits(true);
+        let mut tokens = Vec::new();
+        let mut worst = 0.0f32;
+        for (i, step) in gpt2
+            .generate(prompt, config)
+            .expect("prompt fits")
+            .enumerate()
+        {
+            let step = step.expect("step runs");
+            tokens.push(step.tokens[0].expect("no stop token"));
+            let logits = step
+                .logits
+                .expect("kept")
+                .reshape([reference.greedy_step_logits[i].data.len()]);
+            let err = check::<1>(
+                logits,
+                &reference.greedy_step_logits[i],
+                TOLERANCE,
+                &format!("greedy_step_logits[{i}]"),
+            );
+            worst = worst.max(err);
+        }
+        eprintln!("greedy_step_logits: largest difference {worst:e}");
+        assert_eq!(tokens, expected, "greedy_ids after the prompt");
+    });
+}
+
+/// A copy of `model`'s folder whose tensors went through `edit` and whose `config.json` went
+/// through `config`.
+fn edited_folder(
+    model: &str,
+    case: &str,
+    edit: impl Fn(&str, Dtype, &[usize], &[f32]) -> Option<(Dtype, Vec<usize>, Vec<u8>)>,
+    config: impl Fn(&mut serde_json::Value),
+) -> PathBuf {
+    let source = folder(model);
+    let dir = std::env::temp_dir().join(format!("attn-hf-{}-{model}-{case}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bytes = std::fs::read(source.join("model.safetensors")).expect("model.safetensors");
+    let parsed = SafeTensors::deserialize(&bytes).expect("safetensors");
+    let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, view) in parsed.iter() {
+        assert_eq!(view.dtype(), Dtype::F32, "{name}");
+        let values: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect();
+        if let Some((dtype, shape, data)) = edit(name, view.dtype(), view.shape(), &values) {
+            tensors.push((name.to_string(), dtype, shape, data));
+        }
+    }
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(name, dtype, shape, data)| {
+            (
+                name.clone(),
+                TensorView::new(*dtype, shape.clone(), data).expect("view"),
+            )
+        })
+        .collect();
+    std::fs::write(
+        dir.join("model.safetensors"),
+        safetensors::serialize(views, None).expect("serialises"),
+    )
+    .expect("write");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(source.join("config.json")).expect("config"))
+            .expect("json");
+    config(&mut json);
+    std::fs::write(dir.join("config.json"), json.to_string()).expect("write");
+    dir
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn unchanged(
+    _: &str,
+    dtype: Dtype,
+    shape: &[usize],
+    values: &[f32],
+) -> Option<(Dtype, Vec<usize>, Vec<u8>)> {
+    Some((dtype, shape.to_vec(), f32_bytes(values)))
+}
+
+#[test]
+fn a_wrong_tensor_shape_names_the_tensor_and_both_shapes() {
+    let device = Device::flex();
+    // One key row short: [32, 32] stored as [31, 32].
+    let dir = edited_folder(
+        "bert_tiny",
+        "shape",
+        |name, dtype, shape, values| {
+            if name == "encoder.layer.1.attention.self.key.weight" {
+                Some((
+                    dtype,
+                    vec![shape[0] - 1, shape[1]],
+                    f32_bytes(&values[shape[1]..]),
+                ))
+            } else {
+                unchanged(name, dtype, shape, values)
+            }
+        },
+        |_| {},
+    );
+    let err = Bert::from_pretrained(&dir, &device).expect_err("a short key weight");
+    assert!(
+        matches!(&err, ModelError::TensorShape { name, expected, got }
+            if name == "encoder.layer.1.attention.self.key.weight"
+                && expected == &[32, 32] && got == &[31, 32]),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "tensor `encoder.layer.1.attention.self.key.weight` has shape [31, 32], but the module \
+         needs [32, 32] (PyTorch layout)"
+    );
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}
+
+#[test]
+fn a_missing_tensor_is_named() {
+    let device = Device::flex();
+    let dir = edited_folder(
+        "gpt2_tiny",
+        "missing",
+        |name, dtype, shape, values| {
+            (name != "transformer.h.1.attn.c_attn.bias")
+                .then(|| unchanged(name, dtype, shape, values))?
+        },
+        |_| {},
+    );
+    let err = Gpt2::from_pretrained(&dir, &device).expect_err("no c_attn bias");
+    assert!(
+        matches!(&err, ModelError::MissingTensor { name } if name == "transformer.h.1.attn.c_attn.bias"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}
+
+#[test]
+fn a_config_that_disagrees_with_the_checkpoint_names_the_key_or_tensor() {
+    let device = Device::flex();
+    // A wider model than the tensors: the first tensor read says which and by how much.
+    let dir = edited_folder("gpt2_tiny", "config", unchanged, |json| {
+        json["n_embd"] = 48.into();
+        json["n_head"] = 4.into();
+    });
+    let err = Gpt2::from_pretrained(&dir, &device).expect_err("n_embd 48 against 32");
+    assert!(
+        matches!(&err, ModelError::TensorShape { name, expected, got }
+            if name == "transformer.wte.weight" && expected == &[97, 48] && got == &[97, 32]),
+        "{err}"
+    );
+    // Heads that do not divide the width.
+    let config: Gpt2Config = {
+        let mut c: Gpt2Config = read_config(&folder("gpt2_tiny")).expect("config");
+        c.n_head = 5;
+        c
+    };
+    let dict = read_weights(&folder("gpt2_tiny")).expect("weights");
+    let err = Gpt2::from_state_dict(&config, &dict, &device).expect_err("32 / 5");
+    assert!(
+        matches!(
+            err,
+            ModelError::HeadsDoNotDivide {
+                d_model: 32,
+                n_heads: 5
+            }
+        ),
+        "{err}"
+    );
+    // A setting this crate does not implement, and a folder of another model.
+    let mut config: BertConfig = read_config(&folder("bert_tiny")).expect("config");
+    config.hidden_act = "silu".into();
+    let dict = read_weights(&folder("bert_tiny")).expect("weights");
+    let err = Bert::from_state_dict(&config, &dict, &device).expect_err("silu");
+    assert!(
+        matches!(&err, ModelError::Config(ConfigError::Unsupported { key: "hidden_act", value, .. }) if value == "\"silu\""),
+        "{err}"
+    );
+    let err = Bert::from_pretrained(folder("gpt2_tiny"), &device).expect_err("a GPT-2 folder");
+    assert!(
+        err.to_string().contains("missing field `hidden_size`"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).expect("cleanup");
+}
+
+/// The tiny checkpoints with every tensor stored as `dtype`.
+fn half_folder(model: &str, dtype: Dtype) -> PathBuf {
+    edited_folder(
+        model,
+        &format!("{dtype:?}"),
+        move |_, _, shape, values| {
+            let bytes: Vec<u8> = match dtype {
+                Dtype::F16 => values
+                    .iter()
+                    .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                    .collect(),
+                Dtype::BF16 => values
+                    .iter()
+                    .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                    .collect(),
+                other => panic!("not a half type: {other:?}"),
+            };
+            Some((dtype, shape.to_vec(), bytes))
+        },
+        move |json| {
+            json["dtype"] = match dtype {
+                Dtype::F16 => "float16",
+                _ => "bfloat16",
+            }
+            .into()
+        },
+    )
+}
+
+#[test]
+fn f16_and_bf16_checkpoints_load_as_f32_and_match_within_their_precision() {
+    let bert_reference = BertReference::from_folder(&folder("bert_tiny")).expect("reference");
+    let gpt2_reference = Gpt2Reference::from_folder(&folder("gpt2_tiny")).expect("reference");
+    // Rounding every weight to 11 (f16) or 8 (bf16) significant bits moves the outputs by
+    // about that relative precision times the outputs' scale; the f32 run is within 1e-4.
+    for (dtype, bert_tol, gpt2_tol) in [
+        (
+            Dtype::F16,
+            Tolerance::new(2e-2, 1e-2),
+            Tolerance::new(2e-2, 1e-2),
+        ),
+        (
+            Dtype::BF16,
+            Tolerance::new(1.5e-1, 5e-2),
+            Tolerance::new(1.5e-1, 5e-2),
+        ),
+    ] {
+        let bert_dir = half_folder("bert_tiny", dtype);
+        let gpt2_dir = half_folder("gpt2_tiny", dtype);
+        let dict = read_weights(&bert_dir).expect("weights");
+        assert_eq!(
+            dict.dtype("embeddings.word_embeddings.weight")
+                .map(|d| format!("{d:?}")),
+            Some(format!("{dtype:?}")),
+            "stored in half precision"
+        );
+        for_each_device(|d| {
+            let bert = Bert::from_pretrained(&bert_dir, &d.device).expect("loads");
+            let (hidden, pooled) = bert_outputs(&bert, &bert_reference, &d.device);
+            check(
+                hidden,
+                &bert_reference.last_hidden_state,
+                bert_tol,
+                &format!("{dtype:?} last_hidden_state"),
+            );
+            check(
+                pooled,
+                &bert_reference.pooler_output,
+                bert_tol,
+                &format!("{dtype:?} pooler_output"),
+            );
+            let gpt2 = Gpt2::from_pretrained(&gpt2_dir, &d.device).expect("loads");
+            let logits = gpt2
+                .try_forward(
+                    ids(&gpt2_reference.batch_ids, &d.device),
+                    Some(ids(&gpt2_reference.batch_attention_mask, &d.device)),
+                )
+                .expect("inputs fit");
+            check(
+                logits,
+                &gpt2_reference.batch_logits,
+                gpt2_tol,
+                &format!("{dtype:?} batch_logits"),
+            );
+        });
+        std::fs::remove_dir_all(bert_dir).expect("cleanup");
+        std::fs::remove_dir_all(gpt2_dir).expect("cleanup");
+    }
+}
+
+#[test]
+fn a_pickled_pytorch_file_reads_as_its_safetensors_twin() {
+    let device = Device::flex();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let pickled =
+        attn_model::StateDict::from_pytorch_file(data.join("encoder_layer_relu_post_norm.pt"))
+            .expect("torch.save file");
+    let safetensors = attn_model::StateDict::from_safetensors_file(
+        attn_testing::data_dir().join("encoder_layer_relu_post_norm.safetensors"),
+    )
+    .expect("safetensors file");
+    let names: Vec<&str> = safetensors.names().collect();
+    assert_eq!(pickled.names().collect::<Vec<_>>(), names);
+    for name in names {
+        let shape = safetensors.shape(name).expect("listed").to_vec();
+        assert_eq!(pickled.shape(name), Some(shape.as_slice()), "{name}");
+        let read = |dict: &attn_model::StateDict| match shape.as_slice() {
+            [n] => attn_testing::to_vec(dict.tensor::<1>(name, [*n], &device).expect("f32")),
+            [r, c] => attn_testing::to_vec(dict.tensor::<2>(name, [*r, *c], &device).expect("f32")),
+            other => panic!("{name}: rank {}", other.len()),
+        };
+        assert_eq!(read(&pickled), read(&safetensors), "{name}");
+    }
+}
