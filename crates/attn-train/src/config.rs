@@ -505,8 +505,11 @@ impl TrainConfig {
     ///
     /// # Errors
     ///
-    /// [`TrainError::Config`] when `--long-range` or `--min-distance` is given for another task
-    /// than `context`, or `--vocab` for `context`, which has its own word list.
+    /// [`TrainError::Config`] when `--long-range` is given for another task than `context`, or
+    /// a sizing flag for a task that does not read it: `--min-distance` is `context`'s,
+    /// `--digits` is `add`'s, `--vocab` is for `copy`, `reverse` and `sort` (the others have
+    /// their own words), and `--seq-len` for every task but `add` (whose length follows from
+    /// `--digits`).
     pub fn apply(&mut self, o: &Overrides) -> Result<(), TrainError> {
         fn set<T: Clone>(slot: &mut T, value: &Option<T>) {
             if let Some(value) = value {
@@ -531,15 +534,24 @@ impl TrainConfig {
                 "the {kind} task does not use {flag} (given {value})"
             )))
         };
-        if let Some(min_distance) = o.min_distance
-            && task.kind != TaskKind::Context
-        {
-            return unused("--min-distance", min_distance);
-        }
-        if let Some(vocab) = o.vocab
-            && task.kind == TaskKind::Context
-        {
-            return unused("--vocab", vocab);
+        use TaskKind::{Add, Context, Copy, Reverse, Sort, Translate};
+        // Each task-sizing flag, with the tasks that read it.
+        let sizes = [
+            (
+                "--seq-len",
+                o.seq_len,
+                &[Copy, Reverse, Sort, Context, Translate][..],
+            ),
+            ("--vocab", o.vocab, &[Copy, Reverse, Sort][..]),
+            ("--min-distance", o.min_distance, &[Context][..]),
+            ("--digits", o.digits, &[Add][..]),
+        ];
+        for (flag, value, tasks) in sizes {
+            if let Some(value) = value
+                && !tasks.contains(&kind)
+            {
+                return unused(flag, value);
+            }
         }
         set(&mut task.seq_len, &o.seq_len);
         set(&mut task.vocab, &o.vocab);
@@ -641,13 +653,12 @@ mod tests {
             };
             let flag = format!("--{long}");
             // A task's own flags are checked on that task: the others refuse them.
-            let base = if long == "min-distance" {
-                let mut context = defaults.clone();
-                context.task.kind = TaskKind::Context;
-                context
-            } else {
-                defaults.clone()
-            };
+            let mut base = defaults.clone();
+            match long {
+                "min-distance" => base.task.kind = TaskKind::Context,
+                "digits" => base.task.kind = TaskKind::Add,
+                _ => {}
+            }
             let config = applied(&base, &[&flag, value]).expect("applies");
             assert_eq!(json(&config), json(&base), "{flag} {value}");
             checked += 1;
@@ -697,6 +708,21 @@ mod tests {
         let err = applied(&base, &["--task", "context", "--vocab", "20"]).expect_err("context");
         assert!(err.to_string().contains("--vocab (given 20)"), "{err}");
         applied(&base, &["--task", "context", "--min-distance", "3"]).expect("context's own");
+        for (task, flag) in [
+            ("add", "--vocab"),
+            ("add", "--seq-len"),
+            ("translate", "--vocab"),
+            ("reverse", "--digits"),
+            ("translate", "--digits"),
+        ] {
+            let err = applied(&base, &["--task", task, flag, "4"]).expect_err(flag);
+            assert_eq!(
+                err.to_string(),
+                format!("the {task} task does not use {flag} (given 4)")
+            );
+        }
+        applied(&base, &["--task", "add", "--digits", "4"]).expect("add's own");
+        applied(&base, &["--task", "translate", "--seq-len", "6"]).expect("translate's own");
     }
 
     #[test]

@@ -215,6 +215,8 @@ fn shell_quoted(word: &str) -> String {
     } else {
         format!("'{}'", word.replace('\'', "'\\''"))
     }
+}
+
 /// `attn-train generate`: streams the new tokens to stdout as they come.
 fn run_generate(args: &GenerateArgs) -> Result<()> {
     let sampling = if args.temperature.is_some() || args.top_k.is_some() || args.top_p.is_some() {

@@ -583,7 +583,12 @@ pub fn heatmap(
             seq_len * seq_len
         )));
     }
-    draw_one(path, title, weights, &Axes::same(Labels::Large, tokens, marked))
+    draw_one(
+        path,
+        title,
+        weights,
+        &Axes::same(Labels::Large, tokens, marked),
+    )
 }
 
 /// Draws one head's cross-attention weights as a heatmap: row `i` (a query, from the target,
@@ -723,7 +728,7 @@ fn draw_heatmap(
         .map_err(err)?;
 
     let font = (FAMILY, layout.font).into_font();
-    let color = |marked: bool| if marked { RED } else { BLACK };
+    let color = |marked: bool| if marked { &RED } else { &BLACK };
     for &(j, marked) in &axes.shown_keys {
         let c = layout.centre(j);
         // Key labels under the map, reading downwards, starting a gap below the tick.
@@ -734,7 +739,7 @@ fn draw_heatmap(
         ))
         .map_err(err)?;
         let key = TextStyle::from(font.clone())
-            .color(&color(marked))
+            .color(color(marked))
             .transform(FontTransform::Rotate90)
             .pos(Pos::new(HPos::Left, VPos::Center));
         let text = axes.keys[j].clone();
@@ -751,7 +756,7 @@ fn draw_heatmap(
         ))
         .map_err(err)?;
         let query = TextStyle::from(font.clone())
-            .color(&color(marked))
+            .color(color(marked))
             .pos(Pos::new(HPos::Right, VPos::Center));
         area.draw(&Text::new(text, (x0 - tick - gap - 1, y0 + c), query))
             .map_err(err)?;

@@ -827,10 +827,11 @@ mod tests {
         use crate::schedule::Decay;
 
         let task = (
-            0..4usize,
+            0..6usize,
             mostly(2..7usize, vec![0, 1]),
             mostly(2..6usize, vec![0, 1, 3_000_000_000]),
             mostly(1..3usize, vec![0, 6]),
+            mostly(1..3usize, vec![0, 10]),
         );
         let model = (
             mostly(1..4usize, vec![0]),
@@ -872,17 +873,20 @@ mod tests {
         );
         (task, model, optim, run).prop_map(|(task, model, optim, run)| {
             let mut c = TrainConfig::default();
-            let (kind, seq_len, vocab, min_distance) = task;
+            let (kind, seq_len, vocab, min_distance, digits) = task;
             c.task = TaskConfig {
                 kind: [
                     TaskKind::Copy,
                     TaskKind::Reverse,
                     TaskKind::Sort,
                     TaskKind::Context,
+                    TaskKind::Add,
+                    TaskKind::Translate,
                 ][kind],
                 seq_len,
                 vocab,
                 min_distance,
+                digits,
             };
             let (n_heads, half_d_head, d_model, n_layers, d_ff, dropout, pos, table, flags) = model;
             let (post, gelu, final_norm, scale_embedding) = flags;

@@ -23,6 +23,7 @@ use attn_train::config::PosName;
 use attn_train::evaluate::{eval_set, evaluate};
 use attn_train::inspect::{attention_maps, cue_hits, head_distance};
 use attn_train::loss::{loss_function, token_loss};
+use attn_train::model::Model;
 use attn_train::random::{self, Rng, Stream};
 use attn_train::tasks::{Batch, TaskConfig, TaskKind};
 use attn_train::{RunOptions, TrainConfig, checkpoint, train};
@@ -129,7 +130,7 @@ fn reverse(d: &TestDevice, pos: PosName, steps: usize) -> TrainConfig {
         kind: TaskKind::Reverse,
         seq_len: 8,
         vocab: 8,
-        min_distance: 1,
+        ..TaskConfig::default()
     };
     small(d, task, pos, steps, steps)
 }
@@ -138,8 +139,8 @@ fn context(d: &TestDevice, seq_len: usize, min_distance: usize, steps: usize) ->
     let task = TaskConfig {
         kind: TaskKind::Context,
         seq_len,
-        vocab: 0,
         min_distance,
+        ..TaskConfig::default()
     };
     let mut c = small(d, task, PosName::Sinusoidal, steps, 5);
     c.model.n_heads = 4;
@@ -356,8 +357,14 @@ fn steps_to_learn(
         let warm = (step as f64 / config.optim.warmup_steps.max(1) as f64).min(1.0);
         model = optim.step(config.optim.lr * warm, model, grads);
         if step % config.eval_every == 0 {
-            let m =
-                evaluate(&model.valid(), task, &held_out, &loss_fn, &d.device).expect("evaluates");
+            let m = evaluate(
+                &Model::Encoder(model.valid()),
+                task,
+                &held_out,
+                &loss_fn,
+                &d.device,
+            )
+            .expect("evaluates");
             accuracy = m.token_accuracy;
             if accuracy >= threshold {
                 return (Some(step), accuracy);
