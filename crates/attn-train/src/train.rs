@@ -35,7 +35,7 @@
 //! - a checkpoint is due every `checkpoint_every` steps, every `checkpoint_seconds` seconds,
 //!   at the end, and when [`RunOptions::interrupt`] is raised, after which the run stops;
 //! - the run stops as diverged when a loss is not finite or passes
-//!   [`DIVERGENCE_FACTOR`](crate::error::DIVERGENCE_FACTOR) times the first step's loss, and
+//!   [`DIVERGENCE_FACTOR`] times the first step's loss, and
 //!   writes no checkpoint from those weights.
 
 use std::path::{Path, PathBuf};
