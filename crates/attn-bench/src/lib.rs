@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 pub mod cases;
+pub mod hf;
 pub mod machine;
 pub mod record;
 pub mod timing;

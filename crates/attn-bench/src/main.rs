@@ -13,6 +13,7 @@
 //! cargo run --release -p attn-bench -- --json --memory          # peak memory, one process per case
 //! cargo run --release -p attn-bench --features ndarray -- --json --device flex,ndarray
 //! cargo run --release -p attn-bench -- --list                   # every case id
+//! cargo run --release -p attn-bench -- hf-gpt2 /tmp/gpt2-small   # a Hugging Face GPT-2 folder
 //! cargo run --release -p attn-bench -- report run1.jsonl torch.jsonl --plot docs/img/benchmarks.png
 //! ```
 //!
@@ -61,6 +62,22 @@ enum Sub {
         /// The backend whose numbers the tables and the plot show.
         #[arg(long, default_value = "flex")]
         device: String,
+    },
+    /// Time a Hugging Face GPT-2 folder (`save_pretrained`'s layout): the prompt processed
+    /// once, and one token at a time against the key/value cache; the peer is
+    /// `benches/peers/hf_gpt2.py`, which also writes such a folder.
+    HfGpt2 {
+        /// The model folder.
+        folder: PathBuf,
+        /// Prompt tokens.
+        #[arg(long, default_value_t = 512)]
+        prompt: usize,
+        /// Backends to run on, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "flex")]
+        device: Vec<String>,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Run one case once and print its peak memory (the child side of `--memory`).
     #[command(name = memory::CHILD_SUBCOMMAND, hide = true)]
@@ -120,6 +137,24 @@ fn main() -> Result<()> {
                     .collect();
                 plot::draw(&machines, &path, &device)?;
                 println!("\nPlot written to {}", path.display());
+            }
+            Ok(())
+        }
+        Some(Sub::HfGpt2 {
+            folder,
+            prompt,
+            device,
+            json,
+        }) => {
+            for name in &device {
+                let on = backend::device(name).with_context(|| format!("--device {name}"))?;
+                for record in attn_bench::hf::gpt2_records(&folder, &on, name, prompt, &FULL)? {
+                    if json {
+                        println!("{}", record.to_json()?);
+                    } else {
+                        println!("{}", record.to_text());
+                    }
+                }
             }
             Ok(())
         }

@@ -64,11 +64,28 @@ fn unknown_machine() -> String {
 impl Record {
     /// The line of a case on this machine, before it has numbers.
     pub fn new(case: &Case, pass: Pass, device: &str, seq_len: usize) -> Self {
-        let [batch, n_heads, seq_len, d_head] = case.dims(seq_len);
+        Self::named(
+            case.implementation,
+            case.name,
+            pass,
+            device,
+            case.dims(seq_len),
+        )
+    }
+
+    /// The line of a computation outside the catalogue (such as a model folder's), with its
+    /// `[batch, n_heads, seq_len, d_head]`.
+    pub fn named(
+        implementation: &str,
+        case: &str,
+        pass: Pass,
+        device: &str,
+        [batch, n_heads, seq_len, d_head]: [usize; 4],
+    ) -> Self {
         let machine = Machine::current();
         Record {
-            implementation: case.implementation.to_string(),
-            case: case.name.to_string(),
+            implementation: implementation.to_string(),
+            case: case.to_string(),
             pass: pass.name().to_string(),
             device: device.to_string(),
             batch,
@@ -89,14 +106,20 @@ impl Record {
     }
 
     /// The line with the times of its runs, in milliseconds, and the GFLOP/s of the median.
-    pub fn with_times(mut self, case: &Case, pass: Pass, times_ms: &[f64]) -> Self {
-        let median = median(times_ms);
-        self.reps = times_ms.len();
-        self.median_ms = median;
-        self.min_ms = times_ms.iter().copied().reduce(f64::min);
-        self.gflops = median
-            .zip(case.flops(pass, self.seq_len))
+    pub fn with_times(self, case: &Case, pass: Pass, times_ms: &[f64]) -> Self {
+        let mut record = self.with_times_only(times_ms);
+        record.gflops = record
+            .median_ms
+            .zip(case.flops(pass, record.seq_len))
             .map(|(ms, flops)| flops / (ms * 1e6));
+        record
+    }
+
+    /// The line with the times of its runs, in milliseconds, and no FLOP count.
+    pub fn with_times_only(mut self, times_ms: &[f64]) -> Self {
+        self.reps = times_ms.len();
+        self.median_ms = median(times_ms);
+        self.min_ms = times_ms.iter().copied().reduce(f64::min);
         self
     }
 
