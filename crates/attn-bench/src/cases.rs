@@ -611,8 +611,8 @@ mod tests {
             assert_eq!(&case.id(pass), id);
         }
         assert!(Case::by_id("attn/nothing/forward").is_err());
-        // Ten cases with both passes, the training step with one.
-        assert_eq!(ids.len(), 21);
+        // Ten cases with both passes, the training step and the three decoding cases with one.
+        assert_eq!(ids.len(), 24);
     }
 
     #[test]

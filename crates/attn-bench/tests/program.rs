@@ -45,7 +45,7 @@ fn json_lines(stdout: &str) -> Vec<Value> {
 fn the_list_has_every_case() {
     let stdout = attn_bench(&["--list"]);
     let ids: Vec<&str> = stdout.lines().collect();
-    assert_eq!(ids.len(), 21, "{stdout}");
+    assert_eq!(ids.len(), 24, "{stdout}");
     assert!(ids.contains(&"attn/native/forward_backward"));
     assert!(ids.contains(&"attn/train_step/forward_backward"));
     assert!(!ids.contains(&"attn/train_step/forward"));

@@ -180,12 +180,15 @@ fn trained(config: &TrainConfig, d: &TestDevice, keep: bool) -> (train::RunSumma
         let checkpoint = checkpoint::latest(&dir)
             .expect("readable")
             .expect("the run's final checkpoint");
-        let model = config
-            .encoder_config()
-            .init(&d.device)
-            .expect("valid config")
-            .try_load_file(checkpoint.join("model.bpk"))
-            .expect("the checkpoint loads");
+        let model = match checkpoint::load_model(
+            &checkpoint,
+            Model::init(config, &d.device).expect("valid config"),
+        )
+        .expect("the checkpoint loads")
+        {
+            Model::Encoder(encoder) => encoder,
+            _ => unreachable!("the claims train encoder tasks"),
+        };
         Kept { model, dir }
     });
     (summary, kept)
