@@ -82,9 +82,16 @@ pub enum Workload {
     AttnEncoderBlock,
     /// `burn::nn::transformer::TransformerEncoder` with one layer, set up as `AttnEncoderBlock`.
     BurnEncoderBlock,
-    /// One training step of the toy model of `attn-train` (its default `TrainConfig`: forward,
-    /// cross-entropy, backward, Adam), at the toy model's own sizes.
-    TrainStep,
+    /// One update of `attn-train`'s loop ([`attn_train::train::update`]: forward, cross-entropy,
+    /// backward, global-norm clipping, Adam) on the reverse task at one of the
+    /// [`TrainShape`]s.
+    Train(TrainShape),
+    /// The same update with burn's own stack at the same shape: token and learned position
+    /// embeddings, `burn::nn::transformer::TransformerEncoder` (pre-norm, ReLU, no dropout), a
+    /// final LayerNorm, a linear head, cross-entropy, burn's Adam with its own gradient
+    /// clipping (`GradientClippingConfig::Norm`, per parameter: burn has no global-norm
+    /// clipping).
+    BurnTrain(TrainShape),
     /// One greedy decoding step of [`attn_model::TokenDecoder`] at GPT-2 small's shape
     /// ([`gpt2_small`]) with the key/value cache holding `seq_len` tokens: project one token,
     /// attend over the cache, logits of that token.
@@ -97,6 +104,37 @@ pub enum Workload {
     /// `forward_autoregressive_inference`, whose `MhaCache` keeps every layer's projections,
     /// then a final LayerNorm and the tied head on the last token.
     BurnDecodeCached,
+}
+
+/// The training shapes: `attn-train`'s default run and two larger ones, all on the reverse
+/// task with 16 symbols, pre-norm, learned positions, ReLU, no dropout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrainShape {
+    /// The README's run: `d_model` 64, 4 heads, 2 layers, `d_ff` 256, 16 tokens, batch 64.
+    Toy,
+    /// `d_model` 256, 8 heads, 4 layers, `d_ff` 1024, 256 tokens, batch 16.
+    Mid,
+    /// `d_model` 512, 8 heads, 2 layers, `d_ff` 2048, 2048 tokens, batch 1.
+    Long,
+}
+
+impl TrainShape {
+    /// `attn-train`'s configuration of this shape: its defaults with these sizes.
+    pub fn config(self) -> TrainConfig {
+        let mut config = TrainConfig::default();
+        let (d_model, n_heads, n_layers, d_ff, seq_len, batch) = match self {
+            TrainShape::Toy => return config,
+            TrainShape::Mid => (256, 8, 4, 1024, 256, 16),
+            TrainShape::Long => (512, 8, 2, 2048, 2048, 1),
+        };
+        config.task.seq_len = seq_len;
+        config.batch_size = batch;
+        let model = &mut config.model;
+        (model.d_model, model.n_heads, model.n_layers, model.d_ff) =
+            (d_model, n_heads, n_layers, d_ff);
+        model.pos = attn_train::config::PosName::Learned.scheme(seq_len);
+        config
+    }
 }
 
 /// One benchmarked implementation; each runs for every pass of [`Case::passes`].
@@ -166,8 +204,33 @@ pub const CASES: &[Case] = &[
     },
     Case {
         implementation: "attn",
-        name: "train_step",
-        workload: Workload::TrainStep,
+        name: "train_toy",
+        workload: Workload::Train(TrainShape::Toy),
+    },
+    Case {
+        implementation: "burn",
+        name: "train_toy",
+        workload: Workload::BurnTrain(TrainShape::Toy),
+    },
+    Case {
+        implementation: "attn",
+        name: "train_mid",
+        workload: Workload::Train(TrainShape::Mid),
+    },
+    Case {
+        implementation: "burn",
+        name: "train_mid",
+        workload: Workload::BurnTrain(TrainShape::Mid),
+    },
+    Case {
+        implementation: "attn",
+        name: "train_long",
+        workload: Workload::Train(TrainShape::Long),
+    },
+    Case {
+        implementation: "burn",
+        name: "train_long",
+        workload: Workload::BurnTrain(TrainShape::Long),
     },
     Case {
         implementation: "attn",
@@ -222,10 +285,18 @@ impl Case {
             .ok_or_else(|| anyhow!("unknown case `{id}`; `--list` prints them"))
     }
 
+    /// The training shape of a training case.
+    pub fn train_shape(&self) -> Option<TrainShape> {
+        match self.workload {
+            Workload::Train(shape) | Workload::BurnTrain(shape) => Some(shape),
+            _ => None,
+        }
+    }
+
     /// The passes this case runs: a training step is always forward plus backward.
     pub fn passes(&self) -> &'static [Pass] {
         match self.workload {
-            Workload::TrainStep => &[Pass::ForwardBackward],
+            Workload::Train(_) | Workload::BurnTrain(_) => &[Pass::ForwardBackward],
             Workload::DecodeCached | Workload::DecodeRecompute | Workload::BurnDecodeCached => {
                 &[Pass::Forward]
             }
@@ -233,19 +304,16 @@ impl Case {
         }
     }
 
-    /// The sequence length of a case that ignores the requested sizes (the toy model's own).
+    /// The sequence length of a case that ignores the requested sizes (a training shape's own).
     pub fn fixed_seq_len(&self) -> Option<usize> {
-        match self.workload {
-            Workload::TrainStep => Some(TrainConfig::default().task.seq_len),
-            _ => None,
-        }
+        self.train_shape().map(|shape| shape.config().task.seq_len)
     }
 
     /// `[batch, n_heads, seq_len, d_head]` of the case at `seq_len`.
     pub fn dims(&self, seq_len: usize) -> [usize; 4] {
         match self.workload {
-            Workload::TrainStep => {
-                let config = TrainConfig::default();
+            Workload::Train(shape) | Workload::BurnTrain(shape) => {
+                let config = shape.config();
                 let (n_heads, d_model) = (config.model.n_heads, config.model.d_model);
                 [
                     config.batch_size,
@@ -287,7 +355,8 @@ impl Case {
             Workload::AttnEncoderBlock | Workload::BurnEncoderBlock => {
                 attention + projections + feed_forward
             }
-            Workload::TrainStep
+            Workload::Train(_)
+            | Workload::BurnTrain(_)
             | Workload::DecodeCached
             | Workload::DecodeRecompute
             | Workload::BurnDecodeCached => return None,
@@ -296,6 +365,17 @@ impl Case {
             Pass::Forward => forward,
             Pass::ForwardBackward => 3.0 * forward,
         })
+    }
+
+    /// A training case's update with the sizes of `config` (its shape's own in [`prepare`]),
+    /// on the autodiff `device`.
+    ///
+    /// [`prepare`]: Case::prepare
+    fn prepare_training(&self, device: &Device, config: TrainConfig) -> Result<Step> {
+        match self.workload {
+            Workload::BurnTrain(_) => burn_train(config, device),
+            _ => train(config, device),
+        }
     }
 
     /// Builds the inputs of the case on `device` (its autodiff form for forward plus backward)
@@ -332,7 +412,9 @@ impl Case {
                     }
                 })
             }
-            Workload::TrainStep => train_step(&device),
+            Workload::Train(shape) | Workload::BurnTrain(shape) => {
+                self.prepare_training(&device, shape.config())
+            }
             Workload::DecodeCached => decode_cached(&device, seq_len),
             Workload::DecodeRecompute => decode_recompute(&device, seq_len),
             Workload::BurnDecodeCached => burn_decode_cached(&device, seq_len),
@@ -358,41 +440,102 @@ impl Case {
     }
 }
 
-/// One step of `attn-train`'s loop on its toy model, with the pieces the crate exports: the
-/// default `TrainConfig`'s model, sizes and learning rate, cross-entropy over classes, Adam.
+/// One update of `attn-train`'s loop with `config`'s sizes, through the function the loop calls.
 ///
-/// One fixed batch is reused, so the clock sees the step and not the data generator.
-/// Its tokens and classes are drawn uniformly at the task's sizes: the step does the same work
-/// whatever the values, and every target is scored, as in the task.
-fn train_step(device: &Device) -> Result<Step> {
-    let config = TrainConfig::default();
-    let mut model = Some(config.encoder_config().init(device)?);
-    let mut optim = AdamConfig::new().init();
-    let loss_fn = CrossEntropyLossConfig::new().init(device);
-    let (batch, seq_len) = (config.batch_size, config.task.seq_len);
-    let mut rng = ChaCha8Rng::seed_from_u64(SEED);
-    let mut draw = |below: usize| -> Vec<i64> {
-        (0..batch * seq_len)
-            .map(|_| rng.random_range(0..below) as i64)
-            .collect()
-    };
-    let tokens = draw(config.task.model_vocab());
-    let targets = draw(config.task.n_classes());
-    let tokens = Tensor::<2, Int>::from_data(TensorData::new(tokens, [batch, seq_len]), device); // [batch, seq_len]
-    let targets = Tensor::<1, Int>::from_data(TensorData::new(targets, [batch * seq_len]), device); // [batch * seq_len]
-    let lr = config.optim.lr;
+/// One fixed batch of the reverse task is reused, so the clock sees the step and not the data
+/// generator (the step does the same work whatever the tokens).
+fn train(config: TrainConfig, device: &Device) -> Result<Step> {
+    use attn_train::{loss::loss_function, model::Model, train};
+    let mut model = Some(Model::init(&config, device)?);
+    let mut optim = train::optimizer(&config.optim);
+    let loss_fn = loss_function(&config.task, device);
+    let batch = config
+        .task
+        .batch(config.batch_size, &mut ChaCha8Rng::seed_from_u64(SEED));
+    let (lr, grad_clip) = (config.optim.lr, config.optim.grad_clip);
     let device = device.clone();
     Ok(Box::new(move || {
-        let encoder = model
+        let current = model
             .take()
             .context("an earlier step failed and lost the model")?;
-        let logits = encoder.forward(tokens.clone()); // [batch, seq_len, n_classes]
+        let (next, loss) = train::update(
+            current, &mut optim, &loss_fn, &batch, lr, grad_clip, &device,
+        )?;
+        model = Some(next);
+        anyhow::ensure!(loss.is_finite(), "the loss is {loss}");
+        Ok(())
+    }))
+}
+
+/// burn's stack for [`Workload::BurnTrain`].
+#[derive(burn::module::Module, Debug)]
+struct BurnEncoderModel {
+    embedding: burn::nn::Embedding,
+    positions: burn::nn::Embedding,
+    encoder: burn::nn::transformer::TransformerEncoder,
+    norm: burn::nn::LayerNorm,
+    head: burn::nn::Linear,
+}
+
+impl BurnEncoderModel {
+    /// Logits `[batch, seq_len, n_classes]` of `tokens` `[batch, seq_len]`, the embeddings
+    /// scaled by `√d_model` as `attn-train`'s model does.
+    fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        let [_, seq_len] = tokens.dims();
+        let device = tokens.device();
+        let [_, d_model] = self.embedding.weight.dims();
+        let ids = Tensor::<1, Int>::arange(0..seq_len as i64, &device).unsqueeze::<2>(); // [1, seq_len]
+        let x =
+            self.embedding.forward(tokens) * (d_model as f64).sqrt() + self.positions.forward(ids); // [batch, seq_len, d_model]
+        let h = self.encoder.forward(TransformerEncoderInput::new(x)); // [batch, seq_len, d_model]
+        self.head.forward(self.norm.forward(h)) // [batch, seq_len, n_classes]
+    }
+}
+
+/// One update of burn's stack with `config`'s sizes ([`Workload::BurnTrain`]), with
+/// `attn-train`'s learning rate, Adam constants and clipping bound.
+fn burn_train(config: TrainConfig, device: &Device) -> Result<Step> {
+    use burn::grad_clipping::GradientClippingConfig;
+    use burn::nn::{EmbeddingConfig, LayerNormConfig, LinearConfig};
+    let (m, task) = (&config.model, &config.task);
+    let (batch_size, seq_len) = (config.batch_size, task.seq_len);
+    let mut model = Some(BurnEncoderModel {
+        embedding: EmbeddingConfig::new(task.model_vocab(), m.d_model).init(device),
+        positions: EmbeddingConfig::new(seq_len, m.d_model).init(device),
+        encoder: TransformerEncoderConfig::new(m.d_model, m.d_ff, m.n_heads, m.n_layers)
+            .with_dropout(0.0)
+            .with_norm_first(true)
+            .with_activation(ActivationConfig::Relu)
+            .init(device),
+        norm: LayerNormConfig::new(m.d_model).init(device),
+        head: LinearConfig::new(m.d_model, task.n_classes()).init(device),
+    });
+    let o = &config.optim;
+    let mut optim = AdamConfig::new()
+        .with_beta_1(o.beta_1)
+        .with_beta_2(o.beta_2)
+        .with_epsilon(o.epsilon)
+        .with_grad_clipping(o.grad_clip.map(GradientClippingConfig::Norm))
+        .init();
+    let loss_fn = CrossEntropyLossConfig::new().init(device);
+    let batch = task.batch(batch_size, &mut ChaCha8Rng::seed_from_u64(SEED));
+    let tokens = batch.tokens_tensor(device); // [batch, seq_len]
+    let targets = batch.targets_tensor(device).reshape([batch_size * seq_len]); // [batch · seq_len]
+    let lr = o.lr;
+    let device = device.clone();
+    Ok(Box::new(move || {
+        let current = model
+            .take()
+            .context("an earlier step failed and lost the model")?;
+        let logits = current.forward(tokens.clone()); // [batch, seq_len, n_classes]
         let [_, _, n_classes] = logits.dims();
-        let logits = logits.reshape([batch * seq_len, n_classes]); // [batch * seq_len, n_classes]
+        let logits = logits.reshape([batch_size * seq_len, n_classes]); // [batch · seq_len, n_classes]
         let loss = loss_fn.forward(logits, targets.clone());
-        let grads = GradientsParams::from_grads(loss.backward(), &encoder);
-        model = Some(optim.step(lr, encoder, grads));
-        finish(&device, loss)
+        let value: f32 = loss.clone().into_scalar();
+        let grads = GradientsParams::from_grads(loss.backward(), &current);
+        model = Some(optim.step(lr, current, grads));
+        anyhow::ensure!(value.is_finite(), "the loss is {value}");
+        finish(&device, Tensor::<1>::from_floats([value], &device))
     }))
 }
 
@@ -493,7 +636,10 @@ impl BurnGpt2 {
         let h = self.encoder.forward_autoregressive_inference(input, cache); // [batch, n, d_model]
         let last = self.norm.forward(h.narrow(1, n - 1, 1)); // [batch, 1, d_model]
         let table = self.embedding.weight.val(); // [vocab, d_model]
-        last.matmul(table.transpose().unsqueeze::<3>()) // [batch, 1, vocab]
+        let [batch, _, d_model] = last.dims();
+        // Two-dimensional, so that flex multiplies by the transposed view without copying it.
+        let logits = last.reshape([batch, d_model]).matmul(table.transpose()); // [batch, vocab]
+        logits.unsqueeze_dim::<3>(1) // [batch, 1, vocab]
     }
 
     /// A cache holding the first `seq_len` tokens.
@@ -611,8 +757,8 @@ mod tests {
             assert_eq!(&case.id(pass), id);
         }
         assert!(Case::by_id("attn/nothing/forward").is_err());
-        // Ten cases with both passes, the training step and the three decoding cases with one.
-        assert_eq!(ids.len(), 24);
+        // Ten cases with both passes; six training and three decoding cases with one.
+        assert_eq!(ids.len(), 29);
     }
 
     #[test]
@@ -643,17 +789,28 @@ mod tests {
             block.flops(Pass::Forward, 5),
             Some(51_200.0 + 8.0 * 5.0 * 512.0 * 512.0 + 4.0 * 5.0 * 512.0 * 2048.0)
         );
-        let (train, pass) = Case::by_id("attn/train_step/forward_backward").expect("listed");
+        let (train, pass) = Case::by_id("attn/train_toy/forward_backward").expect("listed");
         assert_eq!(train.flops(pass, 5), None);
     }
 
     #[test]
-    fn the_training_step_keeps_the_toy_model_sizes() {
-        let (train, _) = Case::by_id("attn/train_step/forward_backward").expect("listed");
+    fn the_training_cases_keep_their_shapes() {
+        let (train, _) = Case::by_id("attn/train_toy/forward_backward").expect("listed");
         let config = TrainConfig::default();
         assert_eq!(train.fixed_seq_len(), Some(config.task.seq_len));
         assert_eq!(train.dims(999)[2], config.task.seq_len);
         assert_eq!(train.passes(), &[Pass::ForwardBackward]);
+        for (id, dims, layers) in [
+            ("attn/train_mid/forward_backward", [16, 8, 256, 32], 4),
+            ("burn/train_long/forward_backward", [1, 8, 2048, 64], 2),
+        ] {
+            let (case, _) = Case::by_id(id).expect("listed");
+            assert_eq!(case.dims(7), dims, "{id}");
+            let config = case.train_shape().expect("a training case").config();
+            assert_eq!(config.model.n_layers, layers, "{id}");
+            assert_eq!(config.model.d_ff, 4 * config.model.d_model, "{id}");
+            config.validate().expect("a valid configuration");
+        }
         let (chunked, _) = Case::by_id("attn/chunked/forward").expect("listed");
         assert_eq!(chunked.fixed_seq_len(), None);
         assert_eq!(chunked.dims(7), [1, 8, 7, 64]);
@@ -665,9 +822,19 @@ mod tests {
             let cases = all_cases().filter(|(case, _)| case.runs_on(&device));
             for (case, pass) in cases {
                 let seq_len = case.fixed_seq_len().unwrap_or(7);
-                let mut step = case
-                    .prepare(pass, &device, seq_len)
-                    .unwrap_or_else(|e| panic!("{} on {name}: {e:#}", case.id(pass)));
+                // The larger training shapes run the same code at the toy shape's sizes with
+                // their layer counts (their own sizes are checked by
+                // `the_training_cases_keep_their_shapes`): a test build would take minutes.
+                let prepared = match case.train_shape() {
+                    Some(shape) if shape != TrainShape::Toy => {
+                        let mut config = TrainShape::Toy.config();
+                        config.model.n_layers = shape.config().model.n_layers;
+                        case.prepare_training(&device.clone().autodiff(), config)
+                    }
+                    _ => case.prepare(pass, &device, seq_len),
+                };
+                let mut step =
+                    prepared.unwrap_or_else(|e| panic!("{} on {name}: {e:#}", case.id(pass)));
                 for _ in 0..2 {
                     step().unwrap_or_else(|e| panic!("{} on {name}: {e:#}", case.id(pass)));
                 }

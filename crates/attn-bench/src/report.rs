@@ -125,18 +125,7 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
         layer_table(out, &table, "mha", pass, device)?;
         layer_table(out, &table, "encoder_block", pass, device)?;
     }
-    for r in timed.iter().filter(|r| r.case == "train_step") {
-        writeln!(
-            out,
-            "One training step of the toy model (batch {}, seq_len {}, {} heads of {}) on {device}: {} ms median over {} steps\n",
-            r.batch,
-            r.seq_len,
-            r.n_heads,
-            r.d_head,
-            ms(r.median_ms),
-            r.reps
-        )?;
-    }
+    train_table(out, &table, device)?;
     let memory: Vec<&Record> = machine
         .records
         .iter()
@@ -144,6 +133,48 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
         .filter(|r| r.peak_rss_mib.is_some() || r.error.is_some())
         .collect();
     memory_table(out, &memory)
+}
+
+/// The training shapes: milliseconds per update and tokens per second of each implementation
+/// (`attn`, burn's stack, and PyTorch's from `benches/peers/torch_train.py`), each line
+/// against PyTorch.
+fn train_table(out: &mut String, table: &Table, device: &str) -> fmt::Result {
+    let shapes: Vec<(String, usize)> = table
+        .keys()
+        .filter(|k| k.1.starts_with("train_"))
+        .map(|k| (k.1.clone(), k.3))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if shapes.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "#### Training updates on {device}, median ms\n")?;
+    writeln!(
+        out,
+        "| shape | seq_len | attn ms | burn ms | torch ms | attn / torch |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|")?;
+    for (case, seq_len) in shapes {
+        let at = |implementation: &str| {
+            lookup(table, implementation, &case, "forward_backward", seq_len)
+        };
+        let (attn, burn, torch) = (at("attn"), at("burn"), at("torch"));
+        let ratio = match (attn, torch) {
+            (Some(a), Some(t)) => format!("{:.2}×", t / a),
+            _ => "—".to_string(),
+        };
+        writeln!(
+            out,
+            "| {} | {seq_len} | {} | {} | {} | {ratio} |",
+            case.trim_start_matches("train_"),
+            ms(attn),
+            ms(burn),
+            ms(torch)
+        )?;
+    }
+    writeln!(out)?;
+    Ok(())
 }
 
 /// Each case's median over its runs' medians.
@@ -188,7 +219,7 @@ pub fn lookup(
 pub fn sizes_in(table: &Table, pass: &str) -> Vec<usize> {
     let mut sizes: Vec<usize> = table
         .keys()
-        .filter(|k| k.2 == pass && k.1 != "train_step")
+        .filter(|k| k.2 == pass && !k.1.starts_with("train_"))
         .map(|k| k.3)
         .collect();
     sizes.sort_unstable();

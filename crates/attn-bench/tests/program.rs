@@ -45,10 +45,15 @@ fn json_lines(stdout: &str) -> Vec<Value> {
 fn the_list_has_every_case() {
     let stdout = attn_bench(&["--list"]);
     let ids: Vec<&str> = stdout.lines().collect();
-    assert_eq!(ids.len(), 24, "{stdout}");
+    assert_eq!(ids.len(), 29, "{stdout}");
     assert!(ids.contains(&"attn/native/forward_backward"));
-    assert!(ids.contains(&"attn/train_step/forward_backward"));
-    assert!(!ids.contains(&"attn/train_step/forward"));
+    for shape in ["toy", "mid", "long"] {
+        for implementation in ["attn", "burn"] {
+            let id = format!("{implementation}/train_{shape}/forward_backward");
+            assert!(ids.contains(&id.as_str()), "{id} in {stdout}");
+        }
+    }
+    assert!(!ids.contains(&"attn/train_toy/forward"));
 }
 
 #[test]
@@ -120,8 +125,9 @@ fn the_kept_results_still_print_the_documented_tables() {
     ] {
         assert!(report.contains(row), "no `{row}` in\n{report}");
     }
+    // The training step of those runs (named `train_step` then), in the training table.
     assert!(
-        report.contains("on flex: 12.15 ms median over 160 steps"),
+        report.contains("| step | 16 | 12.15 | — | — | — |"),
         "{report}"
     );
 

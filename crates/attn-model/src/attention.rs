@@ -23,6 +23,7 @@ use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::error::{ModelError, check_dropout, check_heads, check_nonzero};
+use crate::project::project;
 
 /// Configuration of [`MultiHeadAttention`].
 ///
@@ -307,7 +308,7 @@ impl MultiHeadAttention {
         let (q, k) = self.rotate(q, k);
         let options = self.options(&input, [batch, seq_len_q, seq_len_kv], &q.device());
         let attended = try_scaled_dot_product_attention(q, k, v, &options)?;
-        let output = self.w_o.forward(merge_heads(attended.context)); // [batch, seq_len_q, d_model]
+        let output = project(&self.w_o, merge_heads(attended.context)); // [batch, seq_len_q, d_model]
 
         let weights = attended.weights.map(|w| match input.need_weights {
             NeedWeights::Averaged => w.mean_dim(1), // [batch, 1, seq_len_q, seq_len_kv]
@@ -423,7 +424,7 @@ impl MultiHeadAttention {
             options = options.with_bias(bias);
         }
         let attended = try_scaled_dot_product_attention(q, k, v, &options)?;
-        Ok(self.w_o.forward(merge_heads(attended.context))) // [batch, seq_len_q, d_model]
+        Ok(project(&self.w_o, merge_heads(attended.context))) // [batch, seq_len_q, d_model]
     }
 
     /// Rotates queries and keys by their positions when the scheme is rotary
@@ -514,7 +515,7 @@ impl MultiHeadAttention {
 /// - `x`: `[batch, seq_len, d_input]`
 /// - returns: `[batch, n_heads, seq_len, d_output / n_heads]`
 fn project_heads(linear: &Linear, x: Tensor<3>, n_heads: usize) -> Tensor<4> {
-    split_heads(linear.forward(x), n_heads) // [batch, n_heads, seq_len, d_head]
+    split_heads(project(linear, x), n_heads) // [batch, n_heads, seq_len, d_head]
 }
 
 /// One mask from a key padding mask and a per-query mask (`true` = not attended).

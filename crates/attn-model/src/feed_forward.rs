@@ -17,6 +17,7 @@ use burn::tensor::activation::{gelu, gelu_approximate, relu};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, check_dropout, check_nonzero};
+use crate::project::project;
 
 /// The non-linearity between the two layers of the feed-forward network.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -132,10 +133,10 @@ impl FeedForward {
              the layer was built for d_model {}",
             self.d_model()
         );
-        let hidden = self.activation.apply(self.expand.forward(x)); // [batch, seq_len, d_ff]
+        let hidden = self.activation.apply(project(&self.expand, x)); // [batch, seq_len, d_ff]
         // PyTorch's TransformerEncoderLayer drops hidden units too; the paper only drops the
         // sub-layer's output (done by the block around it).
-        self.contract.forward(self.dropout.forward(hidden)) // [batch, seq_len, d_model]
+        project(&self.contract, self.dropout.forward(hidden)) // [batch, seq_len, d_model]
     }
 
     /// Input and output width.

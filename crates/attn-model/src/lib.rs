@@ -47,6 +47,7 @@ mod error;
 mod feed_forward;
 mod generate;
 pub mod hf;
+mod project;
 pub mod pytorch;
 mod token_decoder;
 mod token_encoder;

@@ -631,9 +631,18 @@ pub(crate) fn load_linear(
         &[d_output, d_input],
         &torch.weight.dims(),
     )?;
-    linear.weight = replace(linear.weight, torch.weight.transpose()); // [d_input, d_output]
+    linear.weight = replace(linear.weight, contiguous(torch.weight.transpose())); // [d_input, d_output]
     linear.bias = load_optional(linear.bias, torch.bias, &format!("{name}.bias"), d_output)?;
     Ok(linear)
+}
+
+/// `t` with its values laid out in its own (row-major) order, copied once at load.
+///
+/// A transposed view would otherwise be copied on every call: burn's `Linear` adds leading
+/// dimensions to its weight, and flex makes a strided tensor contiguous to reshape it.
+fn contiguous<const D: usize>(t: Tensor<D>) -> Tensor<D> {
+    let device = t.device();
+    Tensor::from_data(t.into_data(), &device)
 }
 
 /// Sets a LayerNorm's `γ` and `β`.

@@ -24,6 +24,7 @@ use crate::decoder::{Decoder, DecoderBlockConfig, DecoderConfig, DecoderInput, D
 use crate::encoder::NormPlacement;
 use crate::error::{ModelError, check_dropout, check_nonzero};
 use crate::feed_forward::Activation;
+use crate::project::project;
 
 /// Token embedding and additive positions: `Dropout(Embedding(tokens) · √d_model + PE)`.
 ///
@@ -497,15 +498,16 @@ impl TokenDecoder {
     /// `x · W_head`, or `x · Eᵀ` when tied.
     pub(crate) fn logits(&self, x: Tensor<3>) -> Tensor<3> {
         match &self.head {
-            Some(head) => head.forward(x), // [batch, seq_len, vocab]
+            Some(head) => project(head, x), // [batch, seq_len, vocab]
             None => {
-                let [batch, _, d_model] = x.dims();
+                let [batch, seq_len, d_model] = x.dims();
                 let table = self.embedding.embedding.weight.val(); // [vocab, d_model]
-                let table = table
-                    .transpose() // [d_model, vocab]
-                    .unsqueeze::<3>() // [1, d_model, vocab]
-                    .expand([batch, d_model, self.vocab]); // [batch, d_model, vocab]
-                x.matmul(table) // [batch, seq_len, vocab]
+                // A two-dimensional product, so that `Eᵀ` stays a strided view of the table:
+                // adding a batch dimension to the transposed view makes flex copy all of it
+                // (`vocab · d_model` floats) on every call.
+                let rows = x.reshape([batch * seq_len, d_model]); // [batch · seq_len, d_model]
+                attn_core::linear(rows, table.transpose(), None) // [batch · seq_len, vocab]
+                    .reshape([batch, seq_len, self.vocab]) // [batch, seq_len, vocab]
             }
         }
     }

@@ -210,6 +210,40 @@ fn cached_decoding_equals_full_recomputation_for_every_scheme_with_a_padded_batc
 }
 
 #[test]
+fn long_caches_read_in_place_by_the_decode_pass_equal_full_recomputation() {
+    // Past `DECODE_MIN_KEYS` filled slots, steps of a few tokens take the native decode pass
+    // on the CPU backends, which reads the filled prefix of the cache buffers in place.
+    let prompt = attn_core::DECODE_MIN_KEYS + 9;
+    let steps = [prompt, 1, 1, 3];
+    let seq_len = steps.iter().sum();
+    for_each_device(|d| {
+        for (pos, n_kv_heads) in [
+            (PositionalScheme::rotary(), None),
+            (PositionalScheme::learned(seq_len + 2), Some(1)),
+            (
+                PositionalScheme::Alibi {
+                    form: AlibiForm::Causal,
+                },
+                None,
+            ),
+        ] {
+            let mut rng = SeededRng::new(72);
+            let model = config(pos.clone())
+                .with_n_kv_heads(n_kv_heads)
+                .init(&d.device)
+                .expect("valid");
+            let tokens = random_tokens(&mut rng, BATCH, seq_len, &d.device);
+            check_steps_against_full_recomputation(
+                &model,
+                &tokens,
+                &steps,
+                &format!("{pos:?}, {n_kv_heads:?} key/value heads"),
+            );
+        }
+    });
+}
+
+#[test]
 fn a_left_padded_sequence_gets_the_logits_it_gets_alone() {
     for_each_device(|d| {
         for pos in schemes() {

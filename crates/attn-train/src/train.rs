@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use burn::module::Module;
+use burn::nn::loss::CrossEntropyLoss;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
@@ -63,7 +64,7 @@ use crate::progress::Progress;
 use crate::random::{self, Rng, Stream};
 use crate::run_dir::{self, RunDir};
 use crate::schedule::Scheduler;
-use crate::tasks::TaskKind;
+use crate::tasks::{Batch, TaskKind};
 
 /// How to run, beyond the configuration itself.
 #[derive(Clone, Debug, Default)]
@@ -344,20 +345,22 @@ pub fn run_on(
         // Dropout draws from the backend's generator: reseeding it per step makes the masks a
         // function of (seed, step), whatever ran before.
         train_device.seed(random::dropout_seed(config.seed, step));
-        let logits = model.logits(&batch, &train_device)?; // [batch, seq_len, n_classes]
-        let loss = token_loss(&loss_fn, logits, batch.targets_tensor(&train_device));
-        let loss_value = value_of(loss.clone())?;
+        let loss_value;
+        (model, loss_value) = update(
+            model,
+            &mut optim,
+            &loss_fn,
+            &batch,
+            lr,
+            config.optim.grad_clip,
+            &train_device,
+        )?;
+        // A diverged step's update is never checkpointed: the run ends here.
         if let Some(err) = diverged(step, loss_value, state.first_loss, &last_checkpoint) {
             progress.finish();
             return Err(err);
         }
         state.first_loss.get_or_insert(loss_value);
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let grads = match config.optim.grad_clip {
-            Some(max_norm) => clip_global_norm(&model, grads, max_norm).0,
-            None => grads,
-        };
-        model = optim.step(lr, model, grads);
 
         train_time += tick.elapsed().as_secs_f64();
         state.step += 1;
@@ -469,9 +472,38 @@ pub fn run_on(
     })
 }
 
+/// One update of the loop: the logits of `batch` on the autodiff `device`, the loss, its
+/// gradients (scaled down to the global L2 norm `grad_clip` when they exceed it), burn's
+/// optimizer step at `lr`. Returns the updated model and the loss, read back to the host (the
+/// one synchronisation of a step, which NaN and divergence detection need).
+///
+/// The bench program times this same function (`attn-bench`'s training cases).
+///
+/// # Errors
+/// [`TrainError`] when the batch does not fit the model.
+pub fn update(
+    model: Model,
+    optim: &mut ModuleOptimizer,
+    loss_fn: &CrossEntropyLoss,
+    batch: &Batch,
+    lr: f64,
+    grad_clip: Option<f32>,
+    device: &Device,
+) -> Result<(Model, f64), TrainError> {
+    let logits = model.logits(batch, device)?; // [batch, seq_len, n_classes]
+    let loss = token_loss(loss_fn, logits, batch.targets_tensor(device));
+    let loss_value = value_of(loss.clone())?;
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let grads = match grad_clip {
+        Some(max_norm) => clip_global_norm(&model, grads, max_norm).0,
+        None => grads,
+    };
+    Ok((optim.step(lr, model, grads), loss_value))
+}
+
 /// burn's Adam or AdamW from the configuration. Clipping is done by [`clip_global_norm`]
-/// before the step, not by burn's per-parameter clipping.
-fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
+/// before the step (in [`update`]), not by burn's per-parameter clipping.
+pub fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
     match o.kind {
         OptimizerKind::Adam => AdamConfig::new()
             .with_beta_1(o.beta_1)

@@ -77,6 +77,10 @@ pub(super) fn backward_with(
     grads: Gradients<'_>,
     instructions: Instructions,
 ) {
+    assert_eq!(
+        p.kv_rows, p.seq_len_kv,
+        "the backward pass reads whole keys"
+    );
     let Problem {
         seq_len_q,
         seq_len_kv,
@@ -630,6 +634,7 @@ mod tests {
                 n_kv_heads,
                 seq_len_q,
                 seq_len_kv,
+                kv_rows: seq_len_kv,
                 d_head,
                 d_value,
                 scale: 0.4,

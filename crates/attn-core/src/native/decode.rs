@@ -230,7 +230,7 @@ impl Pass for DecodeTask<'_, '_> {
         let s = &mut scratch.s[..rows * len];
 
         // s = q·kᵀ: each key is read once for all rows of the group.
-        let k = &p.k[(kv_group * p.seq_len_kv + j0) * d_head..][..len * d_head];
+        let k = &p.k[(kv_group * p.kv_rows + j0) * d_head..][..len * d_head];
         for (jj, key) in k.chunks_exact(d_head).take(seen_keys).enumerate() {
             for (r, query) in q.chunks_exact(d_head).enumerate() {
                 s[r * len + jj] = dot(kernels, query, key);
@@ -259,7 +259,7 @@ impl Pass for DecodeTask<'_, '_> {
         }
 
         // o = p·v: each value row is read once for all rows of the group.
-        let v = &p.v[(kv_group * p.seq_len_kv + j0) * d_value..][..len * d_value];
+        let v = &p.v[(kv_group * p.kv_rows + j0) * d_value..][..len * d_value];
         for (jj, value) in v.chunks_exact(d_value).take(seen_keys).enumerate() {
             for (r, part) in partials.chunks_exact_mut(partial_len).enumerate() {
                 let weight = s[r * len + jj];
@@ -316,7 +316,7 @@ mod tests {
                     let q = &p.q[row * p.d_head..][..p.d_head];
                     let scores: Vec<f64> = (0..p.seq_len_kv)
                         .map(|j| {
-                            let k = &p.k[(kv * p.seq_len_kv + j) * p.d_head..][..p.d_head];
+                            let k = &p.k[(kv * p.kv_rows + j) * p.d_head..][..p.d_head];
                             let dot: f64 = q
                                 .iter()
                                 .zip(k)
@@ -339,8 +339,7 @@ mod tests {
                     let sum: f64 = weights.iter().sum();
                     lse[row] = (max + sum.ln()) as f32;
                     for c in 0..p.d_value {
-                        let value =
-                            |j: usize| f64::from(p.v[(kv * p.seq_len_kv + j) * p.d_value + c]);
+                        let value = |j: usize| f64::from(p.v[(kv * p.kv_rows + j) * p.d_value + c]);
                         let out: f64 = weights.iter().enumerate().map(|(j, w)| w * value(j)).sum();
                         context[row * p.d_value + c] = (out / sum) as f32;
                     }
@@ -408,9 +407,23 @@ mod tests {
             };
             let (d_head, d_value) = (rng.range(1, 70), rng.range(1, 40));
             let scores = [batch, n_heads, seq_len_q, seq_len_kv];
+            // Every other trial reads the keys as the filled prefix of a cache with room for
+            // more rows, whose unfilled rows are NaN: reading one would poison the result.
+            let kv_rows = seq_len_kv + (trial % 2) * rng.range(1, 50);
+            let cache = |rng: &mut SeededRng, width: usize, scale: f32| -> Vec<f32> {
+                let mut rows = vec![f32::NAN; batch * n_kv_heads * kv_rows * width];
+                for group in rows.chunks_mut(kv_rows * width) {
+                    group[..seq_len_kv * width].copy_from_slice(&values(
+                        rng,
+                        seq_len_kv * width,
+                        scale,
+                    ));
+                }
+                rows
+            };
             let q = values(&mut rng, batch * n_heads * seq_len_q * d_head, 2.0);
-            let k = values(&mut rng, batch * n_kv_heads * seq_len_kv * d_head, 2.0);
-            let v = values(&mut rng, batch * n_kv_heads * seq_len_kv * d_value, 1.0);
+            let k = cache(&mut rng, d_head, 2.0);
+            let v = cache(&mut rng, d_value, 1.0);
             // A padding-like mask on keys, or one per query row, dense enough that some rows
             // lose every key.
             let (mask_dims, density) = match trial % 3 {
@@ -432,6 +445,7 @@ mod tests {
                 n_kv_heads,
                 seq_len_q,
                 seq_len_kv,
+                kv_rows,
                 d_head,
                 d_value,
                 scale: 0.1 + rng.unit().abs(),
@@ -447,8 +461,9 @@ mod tests {
                     _ => Some(rng.range(0, 5) as i64 - 6),
                 },
             };
-            let what =
-                format!("trial {trial}, scores {scores:?}, d_head {d_head}, d_value {d_value}");
+            let what = format!(
+                "trial {trial}, scores {scores:?}, kv_rows {kv_rows}, d_head {d_head}, d_value {d_value}"
+            );
             check_every_instruction_set(&problem, &what);
         }
     }
@@ -475,6 +490,7 @@ mod tests {
             n_kv_heads: 1,
             seq_len_q,
             seq_len_kv,
+            kv_rows: seq_len_kv,
             d_head,
             d_value,
             scale: 1.0,

@@ -52,6 +52,10 @@ const BLOCK_KV: usize = 256;
 /// - `context`: `[batch, n_heads, seq_len_q, d_value]`
 /// - `lse`: `[batch, n_heads, seq_len_q]` (`−∞` for a row whose keys are all masked)
 pub(crate) fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut [f32]>) {
+    assert_eq!(
+        problem.kv_rows, problem.seq_len_kv,
+        "the forward pass reads whole keys"
+    );
     run_tasks(problem, context, lse, Instructions::Best);
 }
 
@@ -481,6 +485,7 @@ mod tests {
                 n_kv_heads,
                 seq_len_q,
                 seq_len_kv,
+                kv_rows: seq_len_kv,
                 d_head,
                 d_value,
                 scale: 0.1 + rng.unit().abs(),
@@ -541,6 +546,7 @@ mod tests {
             n_kv_heads: 1,
             seq_len_q: 2,
             seq_len_kv: 4,
+            kv_rows: 4,
             d_head: 3,
             d_value: 2,
             scale: 1.0,

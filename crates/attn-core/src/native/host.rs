@@ -66,6 +66,18 @@ pub(super) fn decode_tensors(
     let d_value = v.dims()[3];
     let device = q.device();
     let dtype = q.dtype();
+    #[cfg(feature = "flex")]
+    let flex = [&q, &k, &v].map(|t| t.clone().try_into_primitive::<burn::backend::Flex>().ok());
+    #[cfg(feature = "flex")]
+    let host = match &flex {
+        [Some(q), Some(k), Some(v)] => HostInputs::from_flex_cache(
+            [q, k, v],
+            plan.mask.clone().map(|m| m.into_data()),
+            plan.bias.clone().map(|b| b.into_data()),
+        ),
+        _ => HostInputs::from_tensors(q, k, v, plan),
+    };
+    #[cfg(not(feature = "flex"))]
     let host = HostInputs::from_tensors(q, k, v, plan);
     let problem = host.problem(plan.scale as f32, plan.causal_offset);
     let mut context = vec![0.0; batch * n_heads * seq_len_q * d_value];
@@ -114,6 +126,9 @@ pub(crate) struct HostInputs<'a> {
     /// `k`'s `[batch, n_kv_heads, seq_len_kv, d_head]`.
     k_dims: [usize; 4],
     d_value: usize,
+    /// Rows from one (batch, key/value head) of `k` and `v` to the next (see
+    /// [`Problem::kv_rows`]).
+    kv_rows: usize,
     q: Cow<'a, [f32]>,
     k: Cow<'a, [f32]>,
     v: Cow<'a, [f32]>,
@@ -159,6 +174,7 @@ impl<'a> HostInputs<'a> {
             q_dims,
             k_dims,
             d_value: v_dims[3],
+            kv_rows: k_dims[2],
             q,
             k,
             v,
@@ -196,6 +212,7 @@ impl<'a> HostInputs<'a> {
             n_kv_heads,
             seq_len_q,
             seq_len_kv,
+            kv_rows: self.kv_rows,
             d_head,
             d_value: self.d_value,
             scale,
@@ -380,6 +397,77 @@ impl HostInputs<'_> {
             from_host::<B>(dv, v_shape, dtype, &device),
         )
     }
+}
+
+#[cfg(feature = "flex")]
+impl<'a> HostInputs<'a> {
+    /// The decode pass's inputs on flex: `k` and `v` read in place when they are the filled
+    /// prefix of a key/value cache (`[batch, n_kv_heads, capacity, d]` narrowed along its
+    /// rows), so that a step does not copy the whole cache; any other layout is copied.
+    fn from_flex_cache(
+        [q, k, v]: [&'a burn::backend::flex::FlexTensor; 3],
+        mask: Option<TensorData>,
+        bias: Option<TensorData>,
+    ) -> Self {
+        let (k_rows, v_rows) = (cache_prefix(k), cache_prefix(v));
+        let mut inputs = match (k_rows, v_rows) {
+            (Some((k_values, k_capacity)), Some((v_values, v_capacity)))
+                if k_capacity == v_capacity =>
+            {
+                let mut inputs = Self::from_parts(
+                    [
+                        flex_floats(q),
+                        Cow::Borrowed(k_values),
+                        Cow::Borrowed(v_values),
+                    ],
+                    [q, k, v].map(dims4),
+                    mask,
+                    bias,
+                );
+                inputs.kv_rows = k_capacity;
+                inputs
+            }
+            _ => Self::from_parts([q, k, v].map(flex_floats), [q, k, v].map(dims4), mask, bias),
+        };
+        // An empty cache has nothing to read either way.
+        if inputs.k_dims[2] == 0 {
+            inputs.kv_rows = 0;
+        }
+        inputs
+    }
+}
+
+/// The storage under a flex tensor `[batch, heads, rows, d]` whose rows are the first `rows`
+/// of a row-major buffer `[batch, heads, capacity, d]` of `f32`, with that `capacity`; `None`
+/// for any other layout.
+#[cfg(feature = "flex")]
+fn cache_prefix(t: &burn::backend::flex::FlexTensor) -> Option<(&[f32], usize)> {
+    if t.dtype() != DType::F32 {
+        return None;
+    }
+    let [batch, heads, rows, d] = dims4(t);
+    let layout = t.layout();
+    let [s_batch, s_head, s_row, s_col]: [isize; 4] = layout.strides().try_into().ok()?;
+    let d_stride = d as isize;
+    let capacity = if heads > 1 {
+        usize::try_from(s_head).ok()? / d.max(1)
+    } else {
+        usize::try_from(s_batch).ok()? / (heads * d).max(1)
+    };
+    let contiguous_rows = (s_col == 1 || d <= 1) && (s_row == d_stride || rows <= 1);
+    let heads_fit = heads <= 1 || s_head == (capacity * d) as isize;
+    let batch_fits = batch <= 1 || s_batch == (heads * capacity * d) as isize;
+    if !contiguous_rows
+        || !heads_fit
+        || !batch_fits
+        || capacity < rows
+        || layout.start_offset() != 0
+    {
+        return None;
+    }
+    let storage = t.storage::<f32>();
+    let needed = batch * heads * capacity * d;
+    (storage.len() >= needed).then(|| (&storage[..needed], capacity))
 }
 
 /// A flex tensor's values as `f32`: its own storage when that is contiguous `f32`.

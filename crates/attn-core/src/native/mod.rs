@@ -75,6 +75,12 @@ pub fn native_serves(device: &Device) -> bool {
     backend.starts_with("Flex") || backend.starts_with("NdArray")
 }
 
+/// Whether `device`'s backend is flex (with or without autodiff).
+#[cfg_attr(not(feature = "flex"), allow(dead_code))]
+pub(crate) fn is_flex(device: &Device) -> bool {
+    backend_name(device).starts_with("Flex")
+}
+
 /// The name of `device`'s backend, as burn's dispatch prints it (`Flex`, `NdArray`, `Cube`,
 /// ...). The dispatch enum's variants exist only for the backends burn was compiled with, so
 /// a `match` on them would not build in every feature set; their names always print.

@@ -58,8 +58,8 @@ pub(super) enum Row<'a, T> {
 ///
 /// # Shapes
 /// - `q`: `[batch, n_heads, seq_len_q, d_head]`, row-major
-/// - `k`: `[batch, n_kv_heads, seq_len_kv, d_head]`
-/// - `v`: `[batch, n_kv_heads, seq_len_kv, d_value]`
+/// - `k`: `[batch, n_kv_heads, seq_len_kv, d_head]` (the first `seq_len_kv` of `kv_rows` rows)
+/// - `v`: `[batch, n_kv_heads, seq_len_kv, d_value]` (the same)
 /// - `mask` (`true` = not attended), `bias`: broadcast to `[batch, n_heads, seq_len_q, seq_len_kv]`
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Problem<'a> {
@@ -71,6 +71,10 @@ pub(crate) struct Problem<'a> {
     pub n_kv_heads: usize,
     pub seq_len_q: usize,
     pub seq_len_kv: usize,
+    /// Rows of `k` and `v` from the start of one (batch, key/value head) to the next:
+    /// `seq_len_kv`, or more when the keys are the filled prefix of a longer buffer (a
+    /// key/value cache read in place, which only the decode pass takes).
+    pub kv_rows: usize,
     pub d_head: usize,
     pub d_value: usize,
     pub scale: f32,
