@@ -25,6 +25,10 @@
 //! them by machine, takes the median of each case's medians, and prints the Markdown tables of
 //! `docs/benchmarks.md`; `--plot` also draws them.
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod memory;
 mod plot;
 mod report;

@@ -12,6 +12,10 @@
 //! The first SIGINT or SIGTERM lets the step under way finish, writes a checkpoint, prints the
 //! command that resumes, and exits with status 130; a second one exits at once.
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
