@@ -41,6 +41,7 @@
 //! assert!((context - 19.441_93).abs() < 1e-4);
 //! ```
 
+mod activation;
 pub mod backend;
 mod chunked;
 mod error;
@@ -58,6 +59,7 @@ mod route;
 mod sdpa;
 mod softmax;
 
+pub use activation::gelu_tanh;
 pub use chunked::DEFAULT_BLOCK;
 pub use error::AttentionError;
 pub use explicit::scaled_scores;

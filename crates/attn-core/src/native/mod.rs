@@ -21,6 +21,7 @@
 //! ```text
 //! host.rs                             burn tensors ⇄ host buffers (HostInputs)
 //! forward.rs, backward.rs, decode.rs  the passes (ForwardTask, BackwardTask, DecodeTask)
+//! activation.rs                       an element-wise pass (GPT-2's tanh GELU)
 //! problem.rs                          the inputs as host slices (Problem, Broadcast)
 //! instructions.rs                     which instruction set runs a pass (Instructions)
 //! portable.rs, avx2.rs, avx512.rs     the kernels, once per instruction set (with exp.rs)
@@ -31,6 +32,7 @@
 //! A new pass is a new file beside `forward.rs` that implements `simd::Pass`; no
 //! instruction-set file changes.
 
+mod activation;
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -49,6 +51,7 @@ use burn::tensor::{Device, Tensor};
 
 use crate::{AttentionError, AttentionOptions, PreparedAttention, Strategy};
 
+pub(crate) use activation::gelu_tanh as gelu_tanh_slice;
 pub(crate) use decode::DECODE_MAX_QUERIES;
 
 /// What [`native_attention`] returns.
