@@ -40,14 +40,11 @@ mod flex {
     use burn::backend::Flex;
     use burn::tensor::{DType, Tensor, TensorData};
 
-    use crate::native::{host::flex_floats, is_flex};
+    use crate::native::{host::flex_floats, is_flex_inference};
 
     /// Whether [`gelu_tanh`] runs the native pass on `x`.
     pub(super) fn serves<const D: usize>(x: &Tensor<D>) -> bool {
-        x.dtype() == DType::F32
-            && !x.is_autodiff()
-            && !x.device().is_autodiff()
-            && is_flex(&x.device())
+        x.dtype() == DType::F32 && is_flex_inference(x)
     }
 
     /// The native pass over `x`'s values (read in place when contiguous), or `None` when
@@ -69,8 +66,13 @@ mod flex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::native::gelu_tanh_definition as definition_f64;
     use attn_testing::{SeededRng, assert_close_slices, for_each_device, to_vec};
     use burn::tensor::Device;
+
+    fn definition(x: f32) -> f64 {
+        definition_f64(f64::from(x))
+    }
 
     #[test]
     fn is_the_tanh_formula_everywhere() {
@@ -78,15 +80,7 @@ mod tests {
             .map(|i| i as f32 / 10.0)
             .chain([-1e4, -50.0, -20.0, 20.0, 50.0, 1e4])
             .collect();
-        // The definition in f64.
-        let expected: Vec<f32> = xs
-            .iter()
-            .map(|&x| {
-                let x = f64::from(x);
-                let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
-                (0.5 * x * (1.0 + u.tanh())) as f32
-            })
-            .collect();
+        let expected: Vec<f32> = xs.iter().map(|&x| definition(x) as f32).collect();
         for_each_device(|d| {
             for device in [d.device.clone(), d.device.clone().autodiff()] {
                 let x = Tensor::<1>::from_floats(xs.as_slice(), &device);
@@ -117,10 +111,7 @@ mod tests {
             let grads = gelu_tanh(x.clone()).sum().backward();
             let g = to_vec(x.grad(&grads).expect("x has a gradient"));
             // d/dx of x·σ(2u), by central differences of the f64 definition.
-            let f = |x: f64| {
-                let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
-                0.5 * x * (1.0 + u.tanh())
-            };
+            let f = |x: f64| definition_f64(x);
             let h = 1e-5;
             let want: Vec<f32> = [-2.0, -0.5, 0.0, 0.5, 2.0]
                 .iter()

@@ -74,9 +74,7 @@ mod flex {
                 .into_iter()
                 .chain(bias.map(Tensor::dtype))
                 .all(|t| t == DType::F32)
-            && !x.is_autodiff()
-            && !x.device().is_autodiff()
-            && crate::native::is_flex(&x.device())
+            && crate::native::is_flex_inference(x)
     }
 
     /// `x · weight + bias` with the output columns split into one strip per thread, or `None`

@@ -57,15 +57,20 @@ impl Pass for GeluTanh<'_> {
     }
 }
 
+/// The definition, `x/2 · (1 + tanh(u))`, in f64: the reference of this pass's tests and of
+/// `gelu_tanh`'s.
+#[cfg(test)]
+pub(crate) fn definition_f64(x: f64) -> f64 {
+    let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+    0.5 * x * (1.0 + u.tanh())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The definition, `x/2 · (1 + tanh(u))`, in f64.
     fn definition(x: f32) -> f64 {
-        let x = f64::from(x);
-        let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
-        0.5 * x * (1.0 + u.tanh())
+        definition_f64(f64::from(x))
     }
 
     #[test]

@@ -51,6 +51,8 @@ use burn::tensor::{Device, Tensor};
 
 use crate::{AttentionError, AttentionOptions, PreparedAttention, Strategy};
 
+#[cfg(test)]
+pub(crate) use activation::definition_f64 as gelu_tanh_definition;
 pub(crate) use activation::gelu_tanh as gelu_tanh_slice;
 pub(crate) use decode::DECODE_MAX_QUERIES;
 
@@ -78,10 +80,12 @@ pub fn native_serves(device: &Device) -> bool {
     backend.starts_with("Flex") || backend.starts_with("NdArray")
 }
 
-/// Whether `device`'s backend is flex (with or without autodiff).
+/// Whether `x` is a flex tensor outside autodiff (neither the tensor nor its device tracks
+/// gradients): what the inference-only flex paths (`linear`, `gelu_tanh`) serve.
 #[cfg_attr(not(feature = "flex"), allow(dead_code))]
-pub(crate) fn is_flex(device: &Device) -> bool {
-    backend_name(device).starts_with("Flex")
+pub(crate) fn is_flex_inference<const D: usize>(x: &Tensor<D>) -> bool {
+    let device = x.device();
+    !x.is_autodiff() && !device.is_autodiff() && backend_name(&device).starts_with("Flex")
 }
 
 /// The name of `device`'s backend, as burn's dispatch prints it (`Flex`, `NdArray`, `Cube`,
