@@ -5,7 +5,10 @@
 //! micro-kernel is one load of `b` and six fused multiply-adds. Six dependent chains would
 //! leave the FMA units waiting on their four-cycle latency, so the products keep two sets of
 //! accumulators, for even and odd steps, and add them at the end: twelve independent chains,
-//! as in the AVX2 block.
+//! as in the AVX2 block. Six broadcasts of `a` per six multiply-adds would make the loads,
+//! not the multiply-adds, the limit, so where two panels of `b` sit side by side the passes
+//! take them together (`scores_tiles`, `accumulate_tiles`): each broadcast then feeds two
+//! multiply-adds, through 24 accumulators of the 32 registers.
 
 use pulp::x86::V4;
 use pulp::{f32x16, u32x16};
@@ -31,22 +34,23 @@ fn store(out: &mut [f32], x: f32x16) {
     out[..16].copy_from_slice(&lanes);
 }
 
-/// The arguments of one [`Kernels::accumulate_tile`], to run inside `vectorize`.
-struct AccumulateTile<'a> {
+/// The arguments of one [`Kernels::accumulate_tile`] (`N = 1`) or
+/// [`Kernels::accumulate_tiles`] (`N = 2`), to run inside `vectorize`.
+struct AccumulateTiles<'a, const N: usize> {
     kernels: Avx512,
     a: &'a [f32],
     lda: usize,
-    b: &'a [f32],
+    b: [&'a [f32]; N],
     c: &'a mut [f32],
     ldc: usize,
 }
 
-impl pulp::NullaryFnOnce for AccumulateTile<'_> {
+impl<const N: usize> pulp::NullaryFnOnce for AccumulateTiles<'_, N> {
     type Output = ();
 
     #[inline(always)]
     fn call(self) {
-        let AccumulateTile {
+        let AccumulateTiles {
             kernels,
             a,
             lda,
@@ -54,39 +58,98 @@ impl pulp::NullaryFnOnce for AccumulateTile<'_> {
             c,
             ldc,
         } = self;
-        kernels.accumulate_tile_inlined(a, lda, b, c, ldc);
+        kernels.accumulate_inlined(a, lda, b, c, ldc);
     }
 }
 
 impl Avx512 {
-    /// `c += a · b` on one `[MR, NR]` tile, the body of [`Kernels::accumulate_tile`].
+    /// `c += a · [b₀ … b_N]` on `N` side-by-side `[MR, NR]` tiles, the body of
+    /// [`Kernels::accumulate_tile`] and [`Kernels::accumulate_tiles`]. Each broadcast of a
+    /// value of `a` feeds `N` multiply-adds; for `N = 2` that is 24 accumulators, four rows of
+    /// `b` and the broadcasts in 32 registers. Each tile's sums are the same, in the same
+    /// order, whatever `N` is.
     #[inline(always)]
-    fn accumulate_tile_inlined(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+    fn accumulate_inlined<const N: usize>(
+        self,
+        a: &[f32],
+        lda: usize,
+        b: [&[f32]; N],
+        c: &mut [f32],
+        ldc: usize,
+    ) {
         let s = self.0;
-        let k = b.len() / NR;
-        let mut even = [s.splat_f32x16(0.0); MR];
-        for (r, acc) in even.iter_mut().enumerate() {
-            *acc = load(&c[r * ldc..][..NR]);
+        let k = b[0].len() / NR;
+        let mut even = [[s.splat_f32x16(0.0); MR]; N];
+        for (t, tile) in even.iter_mut().enumerate() {
+            for (r, acc) in tile.iter_mut().enumerate() {
+                *acc = load(&c[r * ldc + t * NR..][..NR]);
+            }
         }
-        let mut odd = [s.splat_f32x16(0.0); MR];
+        let mut odd = [[s.splat_f32x16(0.0); MR]; N];
         let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
         let pairs = k / 2;
         for step in 0..pairs {
             let kk = 2 * step;
-            let (b0, b1) = (load(&b[kk * NR..]), load(&b[(kk + 1) * NR..]));
+            let b0: [f32x16; N] = std::array::from_fn(|t| load(&b[t][kk * NR..]));
+            let b1: [f32x16; N] = std::array::from_fn(|t| load(&b[t][(kk + 1) * NR..]));
             for r in 0..MR {
-                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk]), b0, even[r]);
-                odd[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk + 1]), b1, odd[r]);
+                let (a0, a1) = (
+                    s.splat_f32x16(a_rows[r][kk]),
+                    s.splat_f32x16(a_rows[r][kk + 1]),
+                );
+                for t in 0..N {
+                    even[t][r] = s.mul_add_f32x16(a0, b0[t], even[t][r]);
+                    odd[t][r] = s.mul_add_f32x16(a1, b1[t], odd[t][r]);
+                }
             }
         }
         if k % 2 == 1 {
             let kk = k - 1;
-            let b0 = load(&b[kk * NR..]);
+            let b0: [f32x16; N] = std::array::from_fn(|t| load(&b[t][kk * NR..]));
             for r in 0..MR {
-                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_rows[r][kk]), b0, even[r]);
+                let a0 = s.splat_f32x16(a_rows[r][kk]);
+                for t in 0..N {
+                    even[t][r] = s.mul_add_f32x16(a0, b0[t], even[t][r]);
+                }
             }
         }
-        self.store_tile(even, odd, c, ldc);
+        self.store_tiles(even, odd, c, ldc);
+    }
+
+    /// `c = a · [b₀ … b_N]` on `N` side-by-side tiles, `a` and each `b` packed: the body of
+    /// [`Kernels::scores_tile`] and [`Kernels::scores_tiles`], shaped as
+    /// [`accumulate_inlined`](Self::accumulate_inlined).
+    #[inline(always)]
+    fn scores_inlined<const N: usize>(self, a: &[f32], b: [&[f32]; N], c: &mut [f32], ldc: usize) {
+        let s = self.0;
+        let zero = s.splat_f32x16(0.0);
+        let (mut even, mut odd) = ([[zero; MR]; N], [[zero; MR]; N]);
+        let k = b[0].len() / NR;
+        let a_steps = a.chunks_exact(2 * MR);
+        for (step, a_two) in a_steps.take(k / 2).enumerate() {
+            let kk = 2 * step;
+            let b0: [f32x16; N] = std::array::from_fn(|t| load(&b[t][kk * NR..]));
+            let b1: [f32x16; N] = std::array::from_fn(|t| load(&b[t][(kk + 1) * NR..]));
+            for r in 0..MR {
+                let (a0, a1) = (s.splat_f32x16(a_two[r]), s.splat_f32x16(a_two[MR + r]));
+                for t in 0..N {
+                    even[t][r] = s.mul_add_f32x16(a0, b0[t], even[t][r]);
+                    odd[t][r] = s.mul_add_f32x16(a1, b1[t], odd[t][r]);
+                }
+            }
+        }
+        // An odd number of steps leaves one.
+        if k % 2 == 1 {
+            let kk = k - 1;
+            let b0: [f32x16; N] = std::array::from_fn(|t| load(&b[t][kk * NR..]));
+            for r in 0..MR {
+                let a0 = s.splat_f32x16(a[kk * MR + r]);
+                for t in 0..N {
+                    even[t][r] = s.mul_add_f32x16(a0, b0[t], even[t][r]);
+                }
+            }
+        }
+        self.store_tiles(even, odd, c, ldc);
     }
 
     /// `2^x` on sixteen lanes: [`exp2`] line for line.
@@ -109,12 +172,20 @@ impl Avx512 {
         s.mul_f32x16(two_to_f, two_to_n)
     }
 
-    /// Adds the odd steps' accumulators to the even steps' and writes the block to `c`.
+    /// Adds the odd steps' accumulators to the even steps' and writes the `N` tiles to `c`.
     #[inline(always)]
-    fn store_tile(self, even: [f32x16; MR], odd: [f32x16; MR], c: &mut [f32], ldc: usize) {
+    fn store_tiles<const N: usize>(
+        self,
+        even: [[f32x16; MR]; N],
+        odd: [[f32x16; MR]; N],
+        c: &mut [f32],
+        ldc: usize,
+    ) {
         const { assert!(NR == 16, "one 16-wide vector per row") };
-        for (r, (e, o)) in even.iter().zip(&odd).enumerate() {
-            store(&mut c[r * ldc..][..NR], self.0.add_f32x16(*e, *o));
+        for (t, (even, odd)) in even.iter().zip(&odd).enumerate() {
+            for (r, (e, o)) in even.iter().zip(odd).enumerate() {
+                store(&mut c[r * ldc + t * NR..][..NR], self.0.add_f32x16(*e, *o));
+            }
         }
     }
 }
@@ -125,7 +196,20 @@ impl Kernels for Avx512 {
     /// forward ran up to 2.7x slower at s = 512 when the pass's entry point changed shape).
     #[inline(always)]
     fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
-        self.0.vectorize(AccumulateTile {
+        self.0.vectorize(AccumulateTiles {
+            kernels: self,
+            a,
+            lda,
+            b: [b],
+            c,
+            ldc,
+        });
+    }
+
+    /// Two tiles as one AVX-512 function, for the reason [`accumulate_tile`](Self::accumulate_tile) is one.
+    #[inline(always)]
+    fn accumulate_tiles(self, a: &[f32], lda: usize, b: [&[f32]; 2], c: &mut [f32], ldc: usize) {
+        self.0.vectorize(AccumulateTiles {
             kernels: self,
             a,
             lda,
@@ -153,28 +237,12 @@ impl Kernels for Avx512 {
 
     #[inline(always)]
     fn scores_tile(self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize) {
-        let s = self.0;
-        let zero = s.splat_f32x16(0.0);
-        let (mut even, mut odd) = ([zero; MR], [zero; MR]);
-        let mut a_steps = a.chunks_exact(2 * MR);
-        let mut b_rows = b.chunks_exact(2 * NR);
-        for (a_two, b_two) in (&mut a_steps).zip(&mut b_rows) {
-            let (b0, b1) = (load(b_two), load(&b_two[NR..]));
-            for r in 0..MR {
-                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_two[r]), b0, even[r]);
-                odd[r] = s.mul_add_f32x16(s.splat_f32x16(a_two[MR + r]), b1, odd[r]);
-            }
-        }
-        // An odd number of steps leaves one.
-        if let (Some(a_step), Some(b_row)) =
-            (a_steps.remainder().get(..MR), b_rows.remainder().get(..NR))
-        {
-            let b0 = load(b_row);
-            for r in 0..MR {
-                even[r] = s.mul_add_f32x16(s.splat_f32x16(a_step[r]), b0, even[r]);
-            }
-        }
-        self.store_tile(even, odd, c, ldc);
+        self.scores_inlined(a, [b], c, ldc);
+    }
+
+    #[inline(always)]
+    fn scores_tiles(self, a: &[f32], b: [&[f32]; 2], c: &mut [f32], ldc: usize) {
+        self.scores_inlined(a, b, c, ldc);
     }
 
     #[inline(always)]

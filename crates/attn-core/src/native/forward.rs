@@ -292,11 +292,18 @@ impl Pass for ForwardTask<'_, '_> {
             let len_padded = len.next_multiple_of(NR);
 
             // s = q·kᵀ for this block: [rows_padded, d_head] · [d_head, len_padded].
-            for panel in 0..len_padded / NR {
-                let k_panel = keys.k_panel(p, kv_head, j0 / NR + panel);
+            // Two panels of keys at a time (see `Kernels::scores_tiles`), one if one is left.
+            let panels = len_padded / NR;
+            for first in (0..panels).step_by(2) {
+                let k_panel = |panel: usize| keys.k_panel(p, kv_head, j0 / NR + panel);
                 for (tile, q_tile) in q.chunks_exact(MR * d_head).enumerate() {
-                    let c = &mut s[tile * MR * len_padded + panel * NR..];
-                    kernels.scores_tile(q_tile, k_panel, c, len_padded);
+                    let c = &mut s[tile * MR * len_padded + first * NR..];
+                    if first + 1 < panels {
+                        let pair = [k_panel(first), k_panel(first + 1)];
+                        kernels.scores_tiles(q_tile, pair, c, len_padded);
+                    } else {
+                        kernels.scores_tile(q_tile, k_panel(first), c, len_padded);
+                    }
                 }
             }
 
@@ -335,12 +342,18 @@ impl Pass for ForwardTask<'_, '_> {
             }
 
             // o += p·v for this block: [rows_padded, len] · [len, dv_padded].
-            for panel in 0..keys.n_value_panels {
-                let v_panel = keys.v_panel(p, kv_head, panel, j0, len);
+            let panels = keys.n_value_panels;
+            for first in (0..panels).step_by(2) {
+                let v_panel = |panel: usize| keys.v_panel(p, kv_head, panel, j0, len);
                 for tile in 0..rows_padded / MR {
                     let a = &s[tile * MR * len_padded..];
-                    let c = &mut o[tile * MR * dv_padded + panel * NR..];
-                    kernels.accumulate_tile(a, len_padded, v_panel, c, dv_padded);
+                    let c = &mut o[tile * MR * dv_padded + first * NR..];
+                    if first + 1 < panels {
+                        let pair = [v_panel(first), v_panel(first + 1)];
+                        kernels.accumulate_tiles(a, len_padded, pair, c, dv_padded);
+                    } else {
+                        kernels.accumulate_tile(a, len_padded, v_panel(first), c, dv_padded);
+                    }
                 }
             }
         }

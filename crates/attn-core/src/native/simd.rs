@@ -41,6 +41,24 @@ pub(super) trait Kernels: Copy {
     /// `[k][NR]`, `c` with row stride `ldc`.
     fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize);
 
+    /// [`scores_tile`](Self::scores_tile) on two panels of `b` side by side: `c[MR, 2·NR]`,
+    /// its first [`NR`] columns from `b[0]` and the next from `b[1]`, each value the same sum
+    /// in the same order as from two single tiles. An instruction set with the registers for
+    /// it shares each broadcast of `a` between the two.
+    #[inline(always)]
+    fn scores_tiles(self, a: &[f32], b: [&[f32]; 2], c: &mut [f32], ldc: usize) {
+        self.scores_tile(a, b[0], c, ldc);
+        self.scores_tile(a, b[1], &mut c[NR..], ldc);
+    }
+
+    /// [`accumulate_tile`](Self::accumulate_tile) on two panels of `b` side by side, as
+    /// [`scores_tiles`](Self::scores_tiles) is to `scores_tile`.
+    #[inline(always)]
+    fn accumulate_tiles(self, a: &[f32], lda: usize, b: [&[f32]; 2], c: &mut [f32], ldc: usize) {
+        self.accumulate_tile(a, lda, b[0], c, ldc);
+        self.accumulate_tile(a, lda, b[1], &mut c[NR..], ldc);
+    }
+
     /// The largest value of `row`, `−∞` for an empty row.
     fn row_max(self, row: &[f32]) -> f32;
 
@@ -93,7 +111,8 @@ pub(super) struct Gemm<'a> {
 }
 
 impl Pass for Gemm<'_> {
-    /// One [`Kernels::accumulate_tile`] per `[MR, NR]` tile of `c`, panel by panel of `b`.
+    /// One [`Kernels::accumulate_tiles`] per `[MR, 2·NR]` block of `c`, two panels of `b` at
+    /// a time, and one [`Kernels::accumulate_tile`] per tile of an odd last panel.
     #[inline(always)]
     fn run<K: Kernels>(self, kernels: K) {
         let Gemm {
@@ -107,16 +126,77 @@ impl Pass for Gemm<'_> {
             c,
             ldc,
         } = self;
-        for panel in 0..n / NR {
-            let b_panel = &b[panel * panel_stride..][..k * NR];
+        let panel = |index: usize| &b[index * panel_stride..][..k * NR];
+        let panels = n / NR;
+        for first in (0..panels).step_by(2) {
             for tile in 0..m / MR {
-                kernels.accumulate_tile(
+                let (a, c) = (
                     &a[tile * MR * lda..],
-                    lda,
-                    b_panel,
-                    &mut c[tile * MR * ldc + panel * NR..],
-                    ldc,
+                    &mut c[tile * MR * ldc + first * NR..],
                 );
+                if first + 1 < panels {
+                    kernels.accumulate_tiles(a, lda, [panel(first), panel(first + 1)], c, ldc);
+                } else {
+                    kernels.accumulate_tile(a, lda, panel(first), c, ldc);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::instructions::Instructions;
+    use super::*;
+    use attn_testing::SeededRng;
+
+    /// Both products on two panels at once and on one panel at a time, `k` steps long, from
+    /// the same start: the buffers must hold the same bits, the columns past the pair included.
+    struct PairsEqualSingles {
+        k: usize,
+        seed: u64,
+    }
+
+    impl Pass for PairsEqualSingles {
+        #[inline(always)]
+        fn run<K: Kernels>(self, kernels: K) {
+            let PairsEqualSingles { k, seed } = self;
+            let mut rng = SeededRng::new(seed);
+            let mut values = |n: usize| (0..n).map(|_| rng.unit()).collect::<Vec<f32>>();
+            let (lda, ldc) = (k + 3, 2 * NR + 5);
+            let (a_packed, a_rows) = (values(k * MR), values(MR * lda));
+            let (b0, b1) = (values(k * NR), values(k * NR));
+            let start = values(MR * ldc);
+            let bits = |c: &[f32]| c.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+
+            let mut pair = start.clone();
+            kernels.scores_tiles(&a_packed, [&b0, &b1], &mut pair, ldc);
+            let mut singles = start.clone();
+            kernels.scores_tile(&a_packed, &b0, &mut singles, ldc);
+            kernels.scores_tile(&a_packed, &b1, &mut singles[NR..], ldc);
+            assert_eq!(bits(&pair), bits(&singles), "scores, k = {k}");
+
+            let mut pair = start.clone();
+            kernels.accumulate_tiles(&a_rows, lda, [&b0, &b1], &mut pair, ldc);
+            let mut singles = start;
+            kernels.accumulate_tile(&a_rows, lda, &b0, &mut singles, ldc);
+            kernels.accumulate_tile(&a_rows, lda, &b1, &mut singles[NR..], ldc);
+            assert_eq!(bits(&pair), bits(&singles), "accumulate, k = {k}");
+        }
+    }
+
+    #[test]
+    fn two_tiles_at_once_are_the_same_bits_as_one_at_a_time() {
+        for instructions in [
+            Instructions::Best,
+            Instructions::Avx2,
+            Instructions::Portable,
+        ] {
+            for (seed, k) in [1, 2, 7, 64, 255].into_iter().enumerate() {
+                instructions.run(PairsEqualSingles {
+                    k,
+                    seed: seed as u64,
+                });
             }
         }
     }
