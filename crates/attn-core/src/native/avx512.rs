@@ -87,16 +87,20 @@ impl Avx512 {
         }
         let mut odd = [[s.splat_f32x16(0.0); MR]; N];
         let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
+        // Steps two at a time, as arrays: with every length checked once here, the loop
+        // below indexes without a bounds check.
         let pairs = k / 2;
+        let a_pairs: [&[[f32; 2]]; MR] = a_rows.map(|row| row.as_chunks::<2>().0);
+        let b_pairs: [&[[f32; 2 * NR]]; N] =
+            std::array::from_fn(|t| b[t][..k * NR].as_chunks::<{ 2 * NR }>().0);
+        assert!(a_pairs.iter().all(|p| p.len() == pairs));
+        assert!(b_pairs.iter().all(|p| p.len() == pairs));
         for step in 0..pairs {
-            let kk = 2 * step;
-            let b0: [f32x16; N] = std::array::from_fn(|t| load(&b[t][kk * NR..]));
-            let b1: [f32x16; N] = std::array::from_fn(|t| load(&b[t][(kk + 1) * NR..]));
+            let b0: [f32x16; N] = std::array::from_fn(|t| load(&b_pairs[t][step][..NR]));
+            let b1: [f32x16; N] = std::array::from_fn(|t| load(&b_pairs[t][step][NR..]));
             for r in 0..MR {
-                let (a0, a1) = (
-                    s.splat_f32x16(a_rows[r][kk]),
-                    s.splat_f32x16(a_rows[r][kk + 1]),
-                );
+                let [x0, x1] = a_pairs[r][step];
+                let (a0, a1) = (s.splat_f32x16(x0), s.splat_f32x16(x1));
                 for t in 0..N {
                     even[t][r] = s.mul_add_f32x16(a0, b0[t], even[t][r]);
                     odd[t][r] = s.mul_add_f32x16(a1, b1[t], odd[t][r]);
@@ -125,11 +129,16 @@ impl Avx512 {
         let zero = s.splat_f32x16(0.0);
         let (mut even, mut odd) = ([[zero; MR]; N], [[zero; MR]; N]);
         let k = b[0].len() / NR;
-        let a_steps = a.chunks_exact(2 * MR);
-        for (step, a_two) in a_steps.take(k / 2).enumerate() {
-            let kk = 2 * step;
-            let b0: [f32x16; N] = std::array::from_fn(|t| load(&b[t][kk * NR..]));
-            let b1: [f32x16; N] = std::array::from_fn(|t| load(&b[t][(kk + 1) * NR..]));
+        // As in `accumulate_inlined`: lengths checked once, none in the loop.
+        let pairs = k / 2;
+        let a_pairs = a[..k * MR].as_chunks::<{ 2 * MR }>().0;
+        let b_pairs: [&[[f32; 2 * NR]]; N] =
+            std::array::from_fn(|t| b[t][..k * NR].as_chunks::<{ 2 * NR }>().0);
+        assert!(a_pairs.len() == pairs && b_pairs.iter().all(|p| p.len() == pairs));
+        for step in 0..pairs {
+            let a_two = &a_pairs[step];
+            let b0: [f32x16; N] = std::array::from_fn(|t| load(&b_pairs[t][step][..NR]));
+            let b1: [f32x16; N] = std::array::from_fn(|t| load(&b_pairs[t][step][NR..]));
             for r in 0..MR {
                 let (a0, a1) = (s.splat_f32x16(a_two[r]), s.splat_f32x16(a_two[MR + r]));
                 for t in 0..N {
