@@ -39,7 +39,7 @@ use rayon::prelude::*;
 
 use super::instructions::Instructions;
 use super::problem::{Problem, add_scaled, apply_mask};
-use super::simd::{Kernels, MR, NR, Pass};
+use super::simd::{Gemm, Kernels, MR, NR, Pass};
 
 /// Queries per task: a multiple of [`MR`].
 const BLOCK_Q: usize = 16 * MR;
@@ -184,18 +184,15 @@ impl PackedKeys {
         &self.k_panels[(kv_head * self.n_key_panels + panel) * len..][..len]
     }
 
-    /// Value columns `panel · NR..` of keys `j0..j0 + len` of key/value head `kv_head`,
-    /// `[len][NR]`.
-    fn v_panel<'a>(
-        &'a self,
-        p: &Problem,
-        kv_head: usize,
-        panel: usize,
-        j0: usize,
-        len: usize,
-    ) -> &'a [f32] {
-        let start = ((kv_head * self.n_value_panels + panel) * p.seq_len_kv + j0) * NR;
-        &self.v_panels[start..][..len * NR]
+    /// The value panels of key/value head `kv_head` from key `j0` on: panel `i`'s rows start
+    /// [`value_panel_stride`](Self::value_panel_stride) · `i` floats in, `[len][NR]` each.
+    fn values_from<'a>(&'a self, p: &Problem, kv_head: usize, j0: usize) -> &'a [f32] {
+        &self.v_panels[(kv_head * self.n_value_panels * p.seq_len_kv + j0) * NR..]
+    }
+
+    /// Floats from one value panel to the next.
+    fn value_panel_stride(p: &Problem) -> usize {
+        p.seq_len_kv * NR
     }
 }
 
@@ -342,20 +339,17 @@ impl Pass for ForwardTask<'_, '_> {
             }
 
             // o += p·v for this block: [rows_padded, len] · [len, dv_padded].
-            let panels = keys.n_value_panels;
-            for first in (0..panels).step_by(2) {
-                let v_panel = |panel: usize| keys.v_panel(p, kv_head, panel, j0, len);
-                for tile in 0..rows_padded / MR {
-                    let a = &s[tile * MR * len_padded..];
-                    let c = &mut o[tile * MR * dv_padded + first * NR..];
-                    if first + 1 < panels {
-                        let pair = [v_panel(first), v_panel(first + 1)];
-                        kernels.accumulate_tiles(a, len_padded, pair, c, dv_padded);
-                    } else {
-                        kernels.accumulate_tile(a, len_padded, v_panel(first), c, dv_padded);
-                    }
-                }
-            }
+            kernels.gemm(Gemm {
+                m: rows_padded,
+                n: keys.n_value_panels * NR,
+                k: len,
+                a: &*s,
+                lda: len_padded,
+                b: keys.values_from(p, kv_head, j0),
+                panel_stride: PackedKeys::value_panel_stride(p),
+                c: &mut *o,
+                ldc: dv_padded,
+            });
         }
 
         for i in 0..rows {
