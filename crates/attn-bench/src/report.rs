@@ -60,15 +60,27 @@ pub fn by_machine(records: &[Record]) -> Vec<MachineLines<'_>> {
     machines
 }
 
-/// The timed lines (not memory lines) of one machine that belong on `device`'s tables:
-/// PyTorch runs on the CPU, so its numbers are the peers of every CPU backend.
+/// Whether a line is a `--memory` measurement: one run of a case in a fresh process, whose
+/// time is rough. A line with a peak and several runs (`benches/peers/torch_train.py` reports
+/// its process's peak beside the median of its steps) is a timed line that also says its
+/// memory.
+pub fn is_memory_run(record: &Record) -> bool {
+    record.peak_rss_mib.is_some() && record.reps <= 1
+}
+
+/// Whether a line belongs on `device`'s tables: PyTorch runs on the CPU, so its numbers are
+/// the peers of every CPU backend.
+fn on_device(record: &Record, device: &str) -> bool {
+    record.device == device || (record.implementation == "torch" && record.device == "cpu")
+}
+
+/// The timed lines (not memory runs) of one machine that belong on `device`'s tables.
 pub fn timed<'a>(machine: &MachineLines<'a>, device: &str) -> Vec<&'a Record> {
     machine
         .records
         .iter()
         .copied()
-        .filter(|r| r.device == device || (r.implementation == "torch" && r.device == "cpu"))
-        .filter(|r| r.peak_rss_mib.is_none())
+        .filter(|r| on_device(r, device) && !is_memory_run(r))
         .collect()
 }
 
@@ -125,20 +137,29 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
         layer_table(out, &table, "mha", pass, device)?;
         layer_table(out, &table, "encoder_block", pass, device)?;
     }
-    train_table(out, &table, device)?;
+    let peaks: Vec<&Record> = machine
+        .records
+        .iter()
+        .copied()
+        .filter(|r| on_device(r, device) && r.peak_rss_mib.is_some())
+        .collect();
+    train_table(out, &table, &peaks, device)?;
+    // The attention cases' memory runs; the training shapes' peaks are in their own table.
     let memory: Vec<&Record> = machine
         .records
         .iter()
         .copied()
-        .filter(|r| r.peak_rss_mib.is_some() || r.error.is_some())
+        .filter(|r| (is_memory_run(r) || r.error.is_some()) && !r.case.starts_with("train_"))
         .collect();
     memory_table(out, &memory)
 }
 
-/// The training shapes: milliseconds per update and tokens per second of each implementation
-/// (`attn`, burn's stack, and PyTorch's from `benches/peers/torch_train.py`), each line
-/// against PyTorch.
-fn train_table(out: &mut String, table: &Table, device: &str) -> fmt::Result {
+/// The training shapes: milliseconds per update of each implementation (`attn`, burn's stack,
+/// and PyTorch's from `benches/peers/torch_train.py`), `attn` against PyTorch, and each one's
+/// peak resident memory where a line says it (`attn-bench --memory` for ours, the peer's own
+/// lines for PyTorch), as the whole process's peak and, in brackets, its growth over the
+/// process before the first update.
+fn train_table(out: &mut String, table: &Table, peaks: &[&Record], device: &str) -> fmt::Result {
     let shapes: Vec<(String, usize)> = table
         .keys()
         .filter(|k| k.1.starts_with("train_"))
@@ -152,10 +173,26 @@ fn train_table(out: &mut String, table: &Table, device: &str) -> fmt::Result {
     writeln!(out, "#### Training updates on {device}, median ms\n")?;
     writeln!(
         out,
-        "| shape | seq_len | attn ms | burn ms | torch ms | attn / torch |"
+        "| shape | seq_len | attn ms | burn ms | torch ms | attn / torch | attn peak MiB | burn peak MiB | torch peak MiB |"
     )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|")?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
     for (case, seq_len) in shapes {
+        let peak = |implementation: &str| {
+            let lines: Vec<&&Record> = peaks
+                .iter()
+                .filter(|r| r.implementation == implementation && r.case == case)
+                .collect();
+            let highest = lines.iter().filter_map(|r| r.peak_rss_mib).reduce(f64::max);
+            let growth = lines
+                .iter()
+                .filter_map(|r| r.peak_rss_mib.zip(r.baseline_rss_mib).map(|(p, b)| p - b))
+                .reduce(f64::max);
+            match (highest, growth) {
+                (Some(p), Some(g)) => format!("{p:.0} (+{g:.0})"),
+                (Some(p), None) => format!("{p:.0}"),
+                _ => "—".to_string(),
+            }
+        };
         let at = |implementation: &str| {
             lookup(table, implementation, &case, "forward_backward", seq_len)
         };
@@ -166,11 +203,14 @@ fn train_table(out: &mut String, table: &Table, device: &str) -> fmt::Result {
         };
         writeln!(
             out,
-            "| {} | {seq_len} | {} | {} | {} | {ratio} |",
+            "| {} | {seq_len} | {} | {} | {} | {ratio} | {} | {} | {} |",
             case.trim_start_matches("train_"),
             ms(attn),
             ms(burn),
-            ms(torch)
+            ms(torch),
+            peak("attn"),
+            peak("burn"),
+            peak("torch")
         )?;
     }
     writeln!(out)?;
@@ -416,6 +456,39 @@ mod tests {
         assert!(
             part_b.contains("| 512 | — | — | — | — | — | — | 3.00 | — | — | — |"),
             "{part_b}"
+        );
+    }
+
+    #[test]
+    fn training_rows_take_the_peers_timed_lines_and_every_peak() {
+        let train =
+            |implementation: &str, median_ms: f64, reps: usize, peak: Option<(f64, f64)>| {
+                let base = line(implementation, "train_toy", "A", median_ms);
+                Record {
+                    pass: "forward_backward".into(),
+                    seq_len: 16,
+                    reps,
+                    peak_rss_mib: peak.map(|p| p.0),
+                    baseline_rss_mib: peak.map(|p| p.1),
+                    ..base
+                }
+            };
+        let records = [
+            train("attn", 30.0, 40, None),
+            // attn-bench --memory: one run in a fresh process; its time is not the median.
+            train("attn", 99.0, 1, Some((59.0, 10.0))),
+            // torch_train.py: the median of 200 steps and the process's peak.
+            train("torch", 24.0, 200, Some((712.0, 680.0))),
+        ];
+        let report = render(&records, "flex");
+        assert!(
+            report.contains("| toy | 16 | 30.00 | — | 24.00 | 0.80× | 59 (+49) | — | 712 (+32) |"),
+            "{report}"
+        );
+        // The training shapes are not rows of the attention cases' memory table.
+        assert!(
+            !report.contains("attn/train_toy/forward_backward"),
+            "{report}"
         );
     }
 
