@@ -14,6 +14,9 @@ Cases:
 - `torch/encoder_block/*`: `nn.TransformerEncoderLayer(512, 8, 2048, dropout=0, batch_first=True)`
   (post-norm, ReLU; in `eval` under `no_grad` its fused fast path), the peer of
   `attn/encoder_block` and `burn/encoder_block`.
+- `torch/sgemm/forward`: `a @ b` on two `[n, n]` matrices for n = 1024 and 2048 (`seq_len` is n),
+  after the others: the machine's practical rate for f32 matrix products, 2n^3 flops, which
+  `attn-bench report` holds the native kernel to. Not run with `--quick`.
 
 Each case runs once to warm up, then repeats until it has both a minimum number of runs and a
 minimum time, as the Rust program does; the line reports the median. FLOPs count matrix
@@ -38,6 +41,7 @@ D_MODEL = N_HEADS * D_HEAD
 D_FF = 4 * D_MODEL
 SIZES = [128, 512, 2048, 4096]
 QUICK_SIZES = [128, 512]
+SGEMM_SIZES = [1024, 2048]
 # (min_reps, max_reps, target seconds, max seconds): the budgets of crates/attn-bench/src/timing.rs.
 FULL = (5, 200, 2.0, 20.0)
 QUICK = (3, 50, 0.25, 3.0)
@@ -155,6 +159,15 @@ def encoder_block_step(torch, seq_len, backward):
     return step
 
 
+def sgemm_step(torch, n):
+    a, b = torch.randn(n, n), torch.randn(n, n)
+
+    def step():
+        with torch.no_grad():
+            a @ b
+    return step
+
+
 def flops(case, passes, seq_len):
     attention = 4 * BATCH * N_HEADS * seq_len * seq_len * D_HEAD
     projections = 4 * 2 * BATCH * seq_len * D_MODEL * D_MODEL
@@ -197,6 +210,20 @@ def main():
                     "gflops": flops(case, passes, seq_len) / (median * 1e6),
                     "peak_rss_mib": None,
                 }), flush=True)
+    for n in [] if args.quick else SGEMM_SIZES:
+        if not selected("torch/sgemm/forward", args.cases):
+            continue
+        times = measure(sgemm_step(torch, n), budget)
+        median = statistics.median(times)
+        print(json.dumps({
+            "impl": "torch", "case": "sgemm", "pass": "forward", "device": "cpu",
+            "batch": 1, "n_heads": 1, "seq_len": n, "d_head": n,
+            "threads": torch.get_num_threads(),
+            "cpu": cpu, "cpu_features": cpu_features, "reps": len(times),
+            "median_ms": median, "min_ms": min(times),
+            "gflops": 2 * n ** 3 / (median * 1e6),
+            "peak_rss_mib": None,
+        }), flush=True)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,7 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
         .copied()
         .filter(|r| on_device(r, device) && r.peak_rss_mib.is_some())
         .collect();
+    sgemm_table(out, &table)?;
     train_table(out, &table, &peaks, device)?;
     // The attention cases' memory runs; the training shapes' peaks are in their own table.
     let memory: Vec<&Record> = machine
@@ -152,6 +153,57 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
         .filter(|r| (is_memory_run(r) || r.error.is_some()) && !r.case.starts_with("train_"))
         .collect();
     memory_table(out, &memory)
+}
+
+/// The native kernel's GFLOP/s at s ≥ 2048 as a share of the best rate of PyTorch's sgemm on
+/// the same machine (`n × n` by `n × n` products, `2n³` flops), the "Checked how" of the speed
+/// issue. Attention's flops are the bench's own count: `4 · s² · 64` per head and 8 heads
+/// forward, three times that forward plus backward.
+fn sgemm_table(out: &mut String, table: &Table) -> fmt::Result {
+    let rates: Vec<(usize, f64)> = table
+        .iter()
+        .filter(|(k, _)| k.0 == "torch" && k.1 == SGEMM)
+        .map(|(k, &ms)| (k.3, 2.0 * (k.3 as f64).powi(3) / (ms * 1e6)))
+        .collect();
+    let Some(best) = rates.iter().map(|r| r.1).reduce(f64::max) else {
+        return Ok(());
+    };
+    writeln!(
+        out,
+        "#### Against the machine's sgemm
+"
+    )?;
+    let each: Vec<String> = rates
+        .iter()
+        .map(|(n, rate)| format!("{rate:.0} GFLOP/s at {n}²"))
+        .collect();
+    writeln!(
+        out,
+        "PyTorch's sgemm: {}.
+",
+        each.join(", ")
+    )?;
+    writeln!(
+        out,
+        "| pass | s | attn native ms | GFLOP/s | share of the best sgemm |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|")?;
+    for (pass, factor) in [("forward", 1.0), ("forward_backward", 3.0)] {
+        for s in sizes_in(table, pass).into_iter().filter(|&s| s >= 2048) {
+            let Some(native) = lookup(table, "attn", "native", pass, s) else {
+                continue;
+            };
+            let flops = factor * 4.0 * 8.0 * (s as f64).powi(2) * 64.0;
+            let rate = flops / (native * 1e6);
+            writeln!(
+                out,
+                "| {pass} | {s} | {} | {rate:.0} | {:.0}% |",
+                ms(Some(native)),
+                100.0 * rate / best
+            )?;
+        }
+    }
+    writeln!(out)
 }
 
 /// The training shapes: milliseconds per update of each implementation (`attn`, burn's stack,
@@ -255,11 +307,16 @@ pub fn lookup(
         .copied()
 }
 
-/// The sequence lengths measured for `pass` (the training step, at its own size, has its line).
+/// The case of `benches/peers/torch_sdpa.py`'s square matrix products (`seq_len` is their
+/// side): the machine's practical rate for `f32` products, which the native kernels are held to.
+pub const SGEMM: &str = "sgemm";
+
+/// The sequence lengths measured for `pass` (the training step, at its own size, has its line;
+/// the sgemm lines are sides of matrices, not sequence lengths).
 pub fn sizes_in(table: &Table, pass: &str) -> Vec<usize> {
     let mut sizes: Vec<usize> = table
         .keys()
-        .filter(|k| k.2 == pass && !k.1.starts_with("train_"))
+        .filter(|k| k.2 == pass && !k.1.starts_with("train_") && k.1 != SGEMM)
         .map(|k| k.3)
         .collect();
     sizes.sort_unstable();
@@ -490,6 +547,42 @@ mod tests {
             !report.contains("attn/train_toy/forward_backward"),
             "{report}"
         );
+    }
+
+    #[test]
+    fn the_native_kernel_is_held_to_the_machines_sgemm() {
+        let at = |implementation: &str, case: &str, pass: &str, seq_len: usize, ms: f64| Record {
+            pass: pass.into(),
+            seq_len,
+            ..line(implementation, case, "A", ms)
+        };
+        let records = [
+            // 2 · 1024³ flops in 20 ms: 107.4 GFLOP/s; 2 · 2048³ in 100 ms: 171.8, the best.
+            at("torch", SGEMM, "forward", 1024, 20.0),
+            at("torch", SGEMM, "forward", 2048, 100.0),
+            // 4 · 2048² · 64 · 8 = 8.59 GFLOP in 100 ms: 85.9 GFLOP/s, half the best.
+            at("attn", "native", "forward", 2048, 100.0),
+            // Three times the flops in 600 ms: 42.9 GFLOP/s, a quarter.
+            at("attn", "native", "forward_backward", 2048, 600.0),
+            // Below 2048: not held to it.
+            at("attn", "native", "forward", 512, 1.0),
+        ];
+        let report = render(&records, "flex");
+        assert!(
+            report.contains("PyTorch's sgemm: 107 GFLOP/s at 1024², 172 GFLOP/s at 2048²."),
+            "{report}"
+        );
+        assert!(
+            report.contains("| forward | 2048 | 100 | 86 | 50% |"),
+            "{report}"
+        );
+        assert!(
+            report.contains("| forward_backward | 2048 | 600 | 43 | 25% |"),
+            "{report}"
+        );
+        assert!(!report.contains("| forward | 512 |"), "{report}");
+        // The sides of the sgemm matrices are no rows of the attention tables.
+        assert!(!report.contains("| 1024 |"), "{report}");
     }
 
     #[test]
