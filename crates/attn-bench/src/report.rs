@@ -10,6 +10,7 @@ use std::fmt::{self, Write};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use attn_bench::cases::{Case, Pass};
 use attn_bench::record::Record;
 use attn_bench::timing::median;
 
@@ -157,8 +158,7 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
 
 /// The native kernel's GFLOP/s at s ≥ 2048 as a share of the best rate of PyTorch's sgemm on
 /// the same machine (`n × n` by `n × n` products, `2n³` flops), the "Checked how" of the speed
-/// issue. Attention's flops are the bench's own count: `4 · s² · 64` per head and 8 heads
-/// forward, three times that forward plus backward.
+/// issue. Attention's flops are the case catalogue's count ([`Case::flops`]).
 fn sgemm_table(out: &mut String, table: &Table) -> fmt::Result {
     let rates: Vec<(usize, f64)> = table
         .iter()
@@ -188,16 +188,24 @@ fn sgemm_table(out: &mut String, table: &Table) -> fmt::Result {
         "| pass | s | attn native ms | GFLOP/s | share of the best sgemm |"
     )?;
     writeln!(out, "|---|---:|---:|---:|---:|")?;
-    for (pass, factor) in [("forward", 1.0), ("forward_backward", 3.0)] {
-        for s in sizes_in(table, pass).into_iter().filter(|&s| s >= 2048) {
-            let Some(native) = lookup(table, "attn", "native", pass, s) else {
+    for pass in Pass::ALL {
+        let (case, pass) = Case::by_id(&format!("attn/native/{}", pass.name()))
+            .expect("the catalogue has the native cases");
+        let pass_name = pass.name();
+        for s in sizes_in(table, pass_name)
+            .into_iter()
+            .filter(|&s| s >= 2048)
+        {
+            let (Some(native), Some(flops)) = (
+                lookup(table, "attn", "native", pass_name, s),
+                case.flops(pass, s),
+            ) else {
                 continue;
             };
-            let flops = factor * 4.0 * 8.0 * (s as f64).powi(2) * 64.0;
             let rate = flops / (native * 1e6);
             writeln!(
                 out,
-                "| {pass} | {s} | {} | {rate:.0} | {:.0}% |",
+                "| {pass_name} | {s} | {} | {rate:.0} | {:.0}% |",
                 ms(Some(native)),
                 100.0 * rate / best
             )?;
