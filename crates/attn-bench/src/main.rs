@@ -28,6 +28,7 @@
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// It keeps the memory it frees, set first thing in `main`: see `attn_train::allocator`.
 
 mod memory;
 mod plot;
@@ -125,6 +126,8 @@ struct RunArgs {
 }
 
 fn main() -> Result<()> {
+    #[cfg(feature = "mimalloc")]
+    attn_train::allocator::keep_freed_memory();
     let cli = Cli::parse();
     match cli.command {
         Some(Sub::Report {

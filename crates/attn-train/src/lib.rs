@@ -20,7 +20,8 @@
 //! - [`clip`]: global-norm gradient clipping;
 //! - [`random`]: the run's seeded ChaCha8 streams;
 //! - [`metrics`], [`plot`]: what is measured, and its pictures;
-//! - [`run_dir`], [`checkpoint`]: what a run writes where, and how it resumes.
+//! - [`run_dir`], [`checkpoint`]: what a run writes where, and how it resumes;
+//! - `allocator` (with the `mimalloc` feature): the programs' allocator setting.
 //!
 //! ```no_run
 //! use attn_train::{config::TrainConfig, tasks::TaskKind, train};
@@ -35,6 +36,8 @@
 #![warn(missing_docs)]
 
 pub use attn_core::backend;
+#[cfg(feature = "mimalloc")]
+pub mod allocator;
 pub mod checkpoint;
 pub mod clip;
 pub mod config;

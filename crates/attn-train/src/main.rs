@@ -15,6 +15,7 @@
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+// It keeps the memory it frees, set first thing in `main`: see `attn_train::allocator`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,8 @@ struct GenerateArgs {
 }
 
 fn main() -> Result<()> {
+    #[cfg(feature = "mimalloc")]
+    attn_train::allocator::keep_freed_memory();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Some(Command::Generate(args)) = &cli.command {
