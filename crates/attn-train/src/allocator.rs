@@ -7,8 +7,9 @@
 //! 2 MiB at a time with transparent huge pages. [`keep_freed_memory`] turns the returning off:
 //! freed memory stays mapped and is handed out again.
 //!
-//! Measured with `attn-bench --cases attn/train_mid` on a 2-core Intel Xeon: 54 356 page faults
-//! in the run without it, 624 with it (the first touches of the high-water mark). The resident
+//! Measured with `attn-bench --cases attn/train_mid` on 2 cores of an Intel Xeon (family 6,
+//! model 167): 54 356 page faults in the run without it, 624 with it (the first touches of the
+//! high-water mark), and 766 against 807 ms per update (docs/benchmarks.md). The resident
 //! memory then stays at the run's high-water mark until the program exits, which the peak
 //! (`VmHWM`) already was.
 //!
