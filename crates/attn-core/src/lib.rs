@@ -54,6 +54,9 @@ mod heads;
 mod linear;
 mod mask;
 mod native;
+// As `flash`: ndarray is one of the backends served.
+#[allow(deprecated)]
+mod norm;
 mod options;
 mod route;
 mod sdpa;
@@ -70,6 +73,7 @@ pub use mask::{causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_ma
 pub use native::{
     NativeGradients, NativeOutput, native_attention, native_attention_backward, native_serves,
 };
+pub use norm::{LayerNormOps, layer_norm, layer_norm_serves};
 pub use options::{AttentionOptions, CausalAlignment, Strategy};
 pub use route::{DECODE_MAX_QUERIES, DECODE_MIN_KEYS, NATIVE_TRAINING_MIN_KEYS, Route};
 pub use sdpa::{

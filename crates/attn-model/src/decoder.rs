@@ -26,7 +26,7 @@ use attn_core::{CausalAlignment, Strategy};
 use attn_pos::PositionalScheme;
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig};
+use burn::nn::{Dropout, DropoutConfig};
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::attention::{
@@ -36,6 +36,7 @@ use crate::cache::{KvCache, LayerKv, LayerMemory, MemoryCache, StepPlan, window_
 use crate::encoder::NormPlacement;
 use crate::error::{ModelError, check_epsilon, check_nonzero};
 use crate::feed_forward::{Activation, FeedForward, FeedForwardConfig};
+use crate::norm::{LayerNorm, LayerNormConfig};
 
 /// Configuration of one [`DecoderBlock`].
 ///

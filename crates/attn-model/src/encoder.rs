@@ -14,13 +14,14 @@ use attn_core::{CausalAlignment, Strategy};
 use attn_pos::PositionalScheme;
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig};
+use burn::nn::{Dropout, DropoutConfig};
 use burn::tensor::{Bool, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, NeedWeights};
 use crate::error::{ModelError, check_epsilon};
 use crate::feed_forward::{Activation, FeedForward, FeedForwardConfig};
+use crate::norm::{LayerNorm, LayerNormConfig};
 
 /// Where each block's LayerNorms sit relative to the residual connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

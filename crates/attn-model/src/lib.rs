@@ -47,6 +47,7 @@ mod error;
 mod feed_forward;
 mod generate;
 pub mod hf;
+mod norm;
 mod project;
 pub mod pytorch;
 mod token_decoder;
@@ -65,6 +66,7 @@ pub use encoder_decoder::{EncoderDecoder, EncoderDecoderConfig, Memory};
 pub use error::{ConfigError, ModelError};
 pub use feed_forward::{Activation, FeedForward, FeedForwardConfig};
 pub use generate::{GenerateConfig, GeneratedStep, Generation, Prompt, Sampling};
+pub use norm::{LayerNorm, LayerNormConfig};
 pub use pytorch::{
     StateDict, TorchDecoderLayer, TorchEncoderLayer, TorchLayerNorm, TorchLinear,
     TorchMultiheadAttention,

@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use burn::module::Param;
-use burn::nn::{LayerNorm, Linear};
+use burn::nn::Linear;
 use burn::store::burn_pack::Tensor as PackTensor;
 use burn::store::{ModuleStore, PytorchStore, SafetensorsStore, bridge};
 use burn::tensor::{DType, Device, Tensor};
@@ -50,6 +50,7 @@ use crate::attention::MultiHeadAttention;
 use crate::decoder::DecoderBlock;
 use crate::encoder::{Encoder, EncoderBlock};
 use crate::error::ModelError;
+use crate::norm::LayerNorm;
 
 /// A PyTorch `nn.Linear`'s parameters, in PyTorch's layout.
 #[derive(Clone, Debug)]

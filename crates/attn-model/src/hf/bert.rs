@@ -17,13 +17,14 @@
 use std::path::Path;
 
 use burn::module::Module;
-use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Int, Tensor};
 
 use super::config::{BertConfig, read_config};
 use super::{layer_norm, linear, prefix, read_weights};
 use crate::encoder::{Encoder, EncoderBlock, EncoderBlockConfig, EncoderConfig, NormPlacement};
 use crate::error::ModelError;
+use crate::norm::{LayerNorm, LayerNormConfig};
 use crate::pytorch::{
     StateDict, TorchEncoderLayer, TorchMultiheadAttention, load_linear, load_norm, replace,
 };
