@@ -21,6 +21,9 @@
 //!
 //! [`AttentionOutput::route`] says which code ran ([`Route`]).
 //!
+//! Beside attention, the blocks around it: [`layer_norm`] (one autodiff operation with its own
+//! backward, [`LayerNormOps`]), [`linear`] and [`gelu_tanh`].
+//!
 //! Everything here is a pure function: no parameters, no randomness except dropout's
 //! (drawn from the device's generator), no I/O.
 //!
