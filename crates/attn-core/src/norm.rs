@@ -41,7 +41,8 @@ use burn::tensor::{Device, Shape, Tensor};
 
 use crate::flash::flash_serves;
 
-/// LayerNorm forward and backward as backend operations.
+/// LayerNorm forward and backward as backend operations. The provided bodies run the formulas
+/// in the backend's own tensor operations; flex overrides them with row loops.
 ///
 /// Shapes: `x` `[.., d]`, `gamma` and `beta` `[d]`; `mean` and `rstd` are `x`'s shape with the
 /// last dimension `1`.
@@ -59,7 +60,9 @@ pub trait LayerNormOps: Backend {
         gamma: FloatTensor<Self>,
         beta: FloatTensor<Self>,
         epsilon: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        tensor_forward::<Self>(x, gamma, beta, epsilon)
+    }
 
     /// `(dx, dgamma, dbeta)` from the inputs, the `mean` and `rstd` that
     /// [`fused_layer_norm`](Self::fused_layer_norm) returned, and the gradient `dy` of a loss
@@ -70,7 +73,9 @@ pub trait LayerNormOps: Backend {
         mean: FloatTensor<Self>,
         rstd: FloatTensor<Self>,
         dy: FloatTensor<Self>,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        tensor_backward::<Self>(x, gamma, mean, rstd, dy)
+    }
 }
 
 /// flex: contiguous `f32` rows are read in place and normalised on every core.
@@ -121,56 +126,18 @@ impl LayerNormOps for burn::backend::Flex {
     }
 }
 
-/// ndarray: the formulas in its tensor operations.
+/// ndarray: the formulas in its tensor operations (the trait's own bodies).
 #[cfg(feature = "ndarray")]
-impl LayerNormOps for burn::backend::NdArray {
-    fn fused_layer_norm(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        epsilon: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        tensor_forward::<Self>(x, gamma, beta, epsilon)
-    }
+impl LayerNormOps for burn::backend::NdArray {}
 
-    fn fused_layer_norm_backward(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        mean: FloatTensor<Self>,
-        rstd: FloatTensor<Self>,
-        dy: FloatTensor<Self>,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        tensor_backward::<Self>(x, gamma, mean, rstd, dy)
-    }
-}
-
-/// The CubeCL backends: the formulas as the backend's own kernels.
+/// The CubeCL backends: the formulas as the backend's own kernels (the trait's own bodies).
 #[cfg(any(
     feature = "wgpu",
     feature = "vulkan",
     feature = "metal",
     feature = "cuda"
 ))]
-impl LayerNormOps for burn::backend::Cube {
-    fn fused_layer_norm(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        beta: FloatTensor<Self>,
-        epsilon: f64,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        tensor_forward::<Self>(x, gamma, beta, epsilon)
-    }
-
-    fn fused_layer_norm_backward(
-        x: FloatTensor<Self>,
-        gamma: FloatTensor<Self>,
-        mean: FloatTensor<Self>,
-        rstd: FloatTensor<Self>,
-        dy: FloatTensor<Self>,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        tensor_backward::<Self>(x, gamma, mean, rstd, dy)
-    }
-}
+impl LayerNormOps for burn::backend::Cube {}
 
 /// What the backward pass keeps: the inner backend's tensors.
 #[derive(Clone, Debug)]
