@@ -104,6 +104,10 @@ pub enum Workload {
     /// `forward_autoregressive_inference`, whose `MhaCache` keeps every layer's projections,
     /// then a final LayerNorm and the tied head on the last token.
     BurnDecodeCached,
+    /// burn's `matmul` of two `[s, s]` matrices (on flex, the `gemm` crate): the device's rate
+    /// for `f32` products beside PyTorch's `torch/sgemm/forward`. Every layer and training
+    /// case spends most of its time in such products.
+    Sgemm,
 }
 
 /// The training shapes: `attn-train`'s default run and two larger ones, all on the reverse
@@ -247,6 +251,11 @@ pub const CASES: &[Case] = &[
         name: "decode_cached",
         workload: Workload::BurnDecodeCached,
     },
+    Case {
+        implementation: "burn",
+        name: "sgemm",
+        workload: Workload::Sgemm,
+    },
 ];
 
 /// Every case with every pass it runs.
@@ -297,9 +306,10 @@ impl Case {
     pub fn passes(&self) -> &'static [Pass] {
         match self.workload {
             Workload::Train(_) | Workload::BurnTrain(_) => &[Pass::ForwardBackward],
-            Workload::DecodeCached | Workload::DecodeRecompute | Workload::BurnDecodeCached => {
-                &[Pass::Forward]
-            }
+            Workload::DecodeCached
+            | Workload::DecodeRecompute
+            | Workload::BurnDecodeCached
+            | Workload::Sgemm => &[Pass::Forward],
             _ => &Pass::ALL,
         }
     }
@@ -326,6 +336,8 @@ impl Case {
                 let gpt2 = gpt2_small(seq_len);
                 [BATCH, gpt2.n_heads, seq_len, gpt2.d_model / gpt2.n_heads]
             }
+            // One `[s, s]` by `[s, s]` product.
+            Workload::Sgemm => [1, 1, seq_len, seq_len],
             // The layer cases' d_model is n_heads · d_head.
             _ => [BATCH, N_HEADS, seq_len, D_HEAD],
         }
@@ -350,6 +362,8 @@ impl Case {
         // The feed-forward network, [seq_len, d_model]·[d_model, d_ff] and back.
         let feed_forward = 2.0 * 2.0 * batch * seq_len * (D_MODEL * D_FF) as f64;
         let forward = match self.workload {
+            // 2·s³: a multiply and an add for each of s² outputs over s terms.
+            Workload::Sgemm => 2.0 * seq_len.powi(3),
             Workload::Attn(_) | Workload::BurnAttention => attention,
             Workload::AttnMha | Workload::BurnMha => attention + projections,
             Workload::AttnEncoderBlock | Workload::BurnEncoderBlock => {
@@ -418,6 +432,13 @@ impl Case {
             Workload::DecodeCached => decode_cached(&device, seq_len),
             Workload::DecodeRecompute => decode_recompute(&device, seq_len),
             Workload::BurnDecodeCached => burn_decode_cached(&device, seq_len),
+            Workload::Sgemm => {
+                let a = Tensor::<2>::random([seq_len, seq_len], normal, &device); // [s, s]
+                let b = Tensor::<2>::random([seq_len, seq_len], normal, &device); // [s, s]
+                Ok(Box::new(move || {
+                    finish(&device, a.clone().matmul(b.clone()))
+                }))
+            }
             Workload::AttnMha
             | Workload::BurnMha
             | Workload::AttnEncoderBlock
@@ -757,8 +778,8 @@ mod tests {
             assert_eq!(&case.id(pass), id);
         }
         assert!(Case::by_id("attn/nothing/forward").is_err());
-        // Ten cases with both passes; six training and three decoding cases with one.
-        assert_eq!(ids.len(), 29);
+        // Ten cases with both passes; six training, three decoding and one sgemm case with one.
+        assert_eq!(ids.len(), 30);
     }
 
     #[test]
@@ -791,6 +812,8 @@ mod tests {
         );
         let (train, pass) = Case::by_id("attn/train_toy/forward_backward").expect("listed");
         assert_eq!(train.flops(pass, 5), None);
+        let (sgemm, pass) = Case::by_id("burn/sgemm/forward").expect("listed");
+        assert_eq!(sgemm.flops(pass, 5), Some(250.0));
     }
 
     #[test]

@@ -159,30 +159,42 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
 /// The native kernel's GFLOP/s at s ≥ 2048 as a share of the best rate of PyTorch's sgemm on
 /// the same machine (`n × n` by `n × n` products, `2n³` flops), the "Checked how" of the speed
 /// issue. Attention's flops are the case catalogue's count ([`Case::flops`]).
+///
+/// The same products through burn's `matmul` on the device (`burn/sgemm/forward`), where
+/// measured, are stated beside PyTorch's.
 fn sgemm_table(out: &mut String, table: &Table) -> fmt::Result {
-    let rates: Vec<(usize, f64)> = table
-        .iter()
-        .filter(|(k, _)| k.0 == "torch" && k.1 == SGEMM)
-        .map(|(k, &ms)| (k.3, 2.0 * (k.3 as f64).powi(3) / (ms * 1e6)))
-        .collect();
+    let rates_of = |implementation: &str| -> Vec<(usize, f64)> {
+        table
+            .iter()
+            .filter(|(k, _)| k.0 == implementation && k.1 == SGEMM)
+            .map(|(k, &ms)| (k.3, 2.0 * (k.3 as f64).powi(3) / (ms * 1e6)))
+            .collect()
+    };
+    let listed = |rates: &[(usize, f64)]| -> String {
+        let each: Vec<String> = rates
+            .iter()
+            .map(|(n, rate)| format!("{rate:.0} GFLOP/s at {n}²"))
+            .collect();
+        each.join(", ")
+    };
+    let (rates, burns) = (rates_of("torch"), rates_of("burn"));
+    if rates.is_empty() && burns.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "#### Against the machine's sgemm\n")?;
+    if !rates.is_empty() {
+        writeln!(out, "PyTorch's sgemm: {}.\n", listed(&rates))?;
+    }
+    if !burns.is_empty() {
+        writeln!(
+            out,
+            "burn's `matmul` on this device (`burn/sgemm/forward`): {}.\n",
+            listed(&burns)
+        )?;
+    }
     let Some(best) = rates.iter().map(|r| r.1).reduce(f64::max) else {
         return Ok(());
     };
-    writeln!(
-        out,
-        "#### Against the machine's sgemm
-"
-    )?;
-    let each: Vec<String> = rates
-        .iter()
-        .map(|(n, rate)| format!("{rate:.0} GFLOP/s at {n}²"))
-        .collect();
-    writeln!(
-        out,
-        "PyTorch's sgemm: {}.
-",
-        each.join(", ")
-    )?;
     writeln!(
         out,
         "| pass | s | attn native ms | GFLOP/s | share of the best sgemm |"
@@ -574,6 +586,8 @@ mod tests {
             at("attn", "native", "forward_backward", 2048, 600.0),
             // Below 2048: not held to it.
             at("attn", "native", "forward", 512, 1.0),
+            // burn's matmul: 2 · 1024³ flops in 40 ms, 53.7 GFLOP/s.
+            at("burn", SGEMM, "forward", 1024, 40.0),
         ];
         let report = render(&records, "flex");
         assert!(
@@ -589,6 +603,12 @@ mod tests {
             "{report}"
         );
         assert!(!report.contains("| forward | 512 |"), "{report}");
+        assert!(
+            report.contains(
+                "burn's `matmul` on this device (`burn/sgemm/forward`): 54 GFLOP/s at 1024²."
+            ),
+            "{report}"
+        );
         // The sides of the sgemm matrices are no rows of the attention tables.
         assert!(!report.contains("| 1024 |"), "{report}");
     }
