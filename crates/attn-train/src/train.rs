@@ -479,9 +479,29 @@ pub fn run_on(
 ///
 /// The bench program times this same function (`attn-bench`'s training cases).
 ///
+/// The update runs on rayon's global pool, whose threads run the CPU backends' parallel
+/// operations (flex, ndarray). Called from a thread outside the pool (the program's main
+/// thread), that thread waits for it: otherwise it would run the update's many small
+/// operations itself while the pool's idle threads, woken by each parallel one, spin and
+/// yield on the same cores. On 2 cores of an AMD EPYC (Zen 4) this took the toy update from
+/// 19.2 to 16.0 ms (docs/benchmarks.md). Called from a pool thread, it runs in place.
+///
 /// # Errors
 /// [`TrainError`] when the batch does not fit the model.
 pub fn update(
+    model: Model,
+    optim: &mut ModuleOptimizer,
+    loss_fn: &CrossEntropyLoss,
+    batch: &Batch,
+    lr: f64,
+    grad_clip: Option<f32>,
+    device: &Device,
+) -> Result<(Model, f64), TrainError> {
+    rayon::scope(|_| update_here(model, optim, loss_fn, batch, lr, grad_clip, device))
+}
+
+/// [`update`] on the calling thread.
+fn update_here(
     model: Model,
     optim: &mut ModuleOptimizer,
     loss_fn: &CrossEntropyLoss,
