@@ -497,28 +497,17 @@ pub fn update(
     grad_clip: Option<f32>,
     device: &Device,
 ) -> Result<(Model, f64), TrainError> {
-    rayon::scope(|_| update_here(model, optim, loss_fn, batch, lr, grad_clip, device))
-}
-
-/// [`update`] on the calling thread.
-fn update_here(
-    model: Model,
-    optim: &mut ModuleOptimizer,
-    loss_fn: &CrossEntropyLoss,
-    batch: &Batch,
-    lr: f64,
-    grad_clip: Option<f32>,
-    device: &Device,
-) -> Result<(Model, f64), TrainError> {
-    let logits = model.logits(batch, device)?; // [batch, seq_len, n_classes]
-    let loss = token_loss(loss_fn, logits, batch.targets_tensor(device));
-    let loss_value = value_of(loss.clone())?;
-    let grads = GradientsParams::from_grads(loss.backward(), &model);
-    let grads = match grad_clip {
-        Some(max_norm) => clip_global_norm(&model, grads, max_norm).0,
-        None => grads,
-    };
-    Ok((optim.step(lr, model, grads), loss_value))
+    rayon::scope(|_| {
+        let logits = model.logits(batch, device)?; // [batch, seq_len, n_classes]
+        let loss = token_loss(loss_fn, logits, batch.targets_tensor(device));
+        let loss_value = value_of(loss.clone())?;
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let grads = match grad_clip {
+            Some(max_norm) => clip_global_norm(&model, grads, max_norm).0,
+            None => grads,
+        };
+        Ok((optim.step(lr, model, grads), loss_value))
+    })
 }
 
 /// burn's Adam or AdamW from the configuration. Clipping is done by [`clip_global_norm`]
