@@ -45,8 +45,9 @@ fn json_lines(stdout: &str) -> Vec<Value> {
 fn the_list_has_every_case() {
     let stdout = attn_bench(&["--list"]);
     let ids: Vec<&str> = stdout.lines().collect();
-    assert_eq!(ids.len(), 29, "{stdout}");
+    assert_eq!(ids.len(), 30, "{stdout}");
     assert!(ids.contains(&"attn/native/forward_backward"));
+    assert!(ids.contains(&"burn/sgemm/forward"));
     for shape in ["toy", "mid", "long"] {
         for implementation in ["attn", "burn"] {
             let id = format!("{implementation}/train_{shape}/forward_backward");
