@@ -54,6 +54,8 @@ mod explicit;
 mod flash;
 mod fused;
 mod heads;
+// As `flash`: ndarray is one of the backends served.
+#[allow(deprecated)]
 mod linear;
 mod mask;
 mod native;
@@ -71,7 +73,7 @@ pub use error::AttentionError;
 pub use explicit::scaled_scores;
 pub use flash::{Biasing, FlashAttentionOps, FlashKernel, FlashParams, Masking, flash_serves};
 pub use heads::{merge_heads, repeat_kv_heads, split_heads, try_split_heads};
-pub use linear::linear;
+pub use linear::{LinearOps, linear, linear_serves};
 pub use mask::{causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_mask_from_lengths};
 pub use native::{
     NativeGradients, NativeOutput, native_attention, native_attention_backward, native_serves,

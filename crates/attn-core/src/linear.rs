@@ -1,26 +1,55 @@
-//! `y = x · W + b`, the projections around attention, with both cores busy when `x` is one
-//! row.
+//! `y = x · W + b`, the projections around attention: on flex, one matrix product that writes
+//! its output once, forward and backward, and both cores busy when `x` is one row.
+//!
+//! burn's `linear` on flex is a matrix product followed by a separate bias pass, and flex
+//! allocates each product's output zeroed and then copies it once more into an aligned buffer
+//! before the product writes it (`FlexTensor::empty` in burn-flex 0.22.1). On flex,
+//! [`LinearOps`] calls the `gemm` crate (the one behind flex's own products) directly:
+//! the output is written by the product alone, with the bias rows laid down first and
+//! accumulated into (`dst := dst + x · W`), and the two backward products (`dx = dy · Wᵀ`,
+//! `dW = xᵀ · dy`) write their outputs the same way. Strided views (a transposed weight, a
+//! tied embedding table seen as `[d_model, vocab]`) are read in place. Under autodiff it is
+//! one graph node, as burn's own `linear` is.
 //!
 //! A decoding step projects one token: `x` is `[1, d_input]` and every weight is read once
 //! from memory for two floating-point operations per value, so the step is bound by memory
-//! bandwidth, and one core does not reach it. flex's matrix products (the `gemm` crate) take a
-//! matrix-vector path for one row, and that path runs on one thread whatever parallelism it is
-//! given. [`linear`] splits the output columns across rayon's threads instead, each running
-//! the same `gemm` path over its strip of `W`: the result is the same sum in the same order,
-//! on every core.
+//! bandwidth, and one core does not reach it. `gemm` takes a matrix-vector path for one row,
+//! and that path runs on one thread whatever parallelism it is given. [`linear`] splits the
+//! output columns across rayon's threads instead, each running the same `gemm` path over its
+//! strip of `W`: the result is the same sum in the same order, on every core.
 //!
-//! Everything else (several rows, autodiff, other backends, other float types) runs burn's own
+//! Every other backend, and flex's other float types, run burn's own
 //! [`burn::tensor::module::linear`].
 
-use burn::tensor::Tensor;
+// Without a backend feature, no backend implements the operation.
+#![cfg_attr(
+    not(any(feature = "flex", feature = "ndarray", feature = "cube")),
+    allow(dead_code, unused_imports)
+)]
+
+use burn::backend::{
+    AutodiffBackend, Backend,
+    autodiff::{
+        Autodiff, NodeId,
+        checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
+        grads::Gradients,
+        ops::{Backward, Ops, OpsKind},
+    },
+    backend_extension,
+    tensor::FloatTensor,
+};
+use burn::tensor::{Device, Tensor};
+
+use crate::native::backend_name;
 
 /// `x · weight + bias` over the last dimension of `x`: the same result as burn's
 /// [`Linear::forward`](burn::nn::Linear::forward) with these parameters.
 ///
-/// On flex, for inference, in `f32`, when `x` holds one row (`[1, d_input]`, `[1, 1,
-/// d_input]`, ...), the output columns are split across rayon's threads (see the module's
-/// documentation). `weight` may be a strided view, such as the transpose of a tied embedding
-/// table, and is never copied.
+/// On flex, in `f32`, one [`LinearOps`] operation (see the module's documentation), with
+/// gradients under autodiff; for inference, when `x` holds one row (`[1, d_input]`, `[1, 1,
+/// d_input]`, ...), the output columns are split across rayon's threads. `weight` may be a
+/// strided view, such as the transpose of a tied embedding table, and is never copied.
+/// Elsewhere, burn's `linear`.
 ///
 /// # Shapes
 /// - `x`: `[..., d_input]`
@@ -40,7 +69,443 @@ pub fn linear<const D: usize>(
     if let Some(y) = flex::one_row(&x, &weight, bias.as_ref()) {
         return y;
     }
-    burn::tensor::module::linear(x, weight, bias)
+    if !linear_serves(&x.device()) {
+        return burn::tensor::module::linear(x, weight, bias);
+    }
+    type Ops = burn::backend::Dispatch;
+    let (x, weight) = (x.into_dispatch(), weight.into_dispatch());
+    Tensor::from_dispatch(match bias {
+        Some(bias) => <Ops as LinearOps>::fused_linear(x, weight, bias.into_dispatch()),
+        None => <Ops as LinearOps>::fused_linear_unbiased(x, weight),
+    })
+}
+
+/// Whether [`linear`] runs [`LinearOps`] on `device`: flex, with or without autodiff, when
+/// compiled in. (The operation is implemented for ndarray and the CubeCL backends too, as
+/// burn's own `linear` ops, so that the dispatch covers every backend; [`linear`] sends those
+/// to burn's `linear` directly.)
+pub fn linear_serves(device: &Device) -> bool {
+    cfg!(feature = "flex") && backend_name(device).starts_with("Flex")
+}
+
+/// `x · W + b` and its two backward products as backend operations. The provided bodies are
+/// burn's own `linear` operations (`ModuleOps::linear`, `linear_x_backward`,
+/// `linear_weight_backward`); flex overrides them with direct `gemm` calls whose outputs are
+/// written once.
+///
+/// Shapes: `x` `[.., d_input]`, `weight` `[d_input, d_output]`, `bias` `[d_output]`, `dy` `[..,
+/// d_output]`.
+#[backend_extension(
+    Flex: cfg(feature = "flex"),
+    NdArray: cfg(feature = "ndarray"),
+    Cube: cfg(any(feature = "wgpu", feature = "vulkan", feature = "metal", feature = "cuda")),
+    Autodiff,
+)]
+pub trait LinearOps: Backend {
+    /// `x · weight + bias`, `[.., d_output]`.
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        <Self as burn::backend::ops::ModuleOps<Self>>::linear(x, weight, Some(bias))
+    }
+
+    /// `x · weight`, `[.., d_output]`. (A method of its own rather than an optional bias: the
+    /// extension macro of burn 0.22.1 does not unwrap optional tensors for every backend.)
+    fn fused_linear_unbiased(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        <Self as burn::backend::ops::ModuleOps<Self>>::linear(x, weight, None)
+    }
+
+    /// `dx = dy · weightᵀ`, `[.., d_input]`.
+    fn fused_linear_x_backward(
+        weight: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        <Self as burn::backend::ops::ModuleOps<Self>>::linear_x_backward(weight, dy)
+    }
+
+    /// `dW = xᵀ · dy` summed over every row, `[d_input, d_output]`.
+    fn fused_linear_weight_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        <Self as burn::backend::ops::ModuleOps<Self>>::linear_weight_backward(x, dy)
+    }
+}
+
+/// flex: `f32` products through `gemm`, each output written once; other float types take
+/// burn's operations.
+#[cfg(feature = "flex")]
+impl LinearOps for burn::backend::Flex {
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        match products::forward(&x, &weight, Some(&bias)) {
+            Some(y) => y,
+            None => <Self as burn::backend::ops::ModuleOps<Self>>::linear(x, weight, Some(bias)),
+        }
+    }
+
+    fn fused_linear_unbiased(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        match products::forward(&x, &weight, None) {
+            Some(y) => y,
+            None => <Self as burn::backend::ops::ModuleOps<Self>>::linear(x, weight, None),
+        }
+    }
+
+    fn fused_linear_x_backward(
+        weight: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        match products::x_backward(&weight, &dy) {
+            Some(dx) => dx,
+            None => <Self as burn::backend::ops::ModuleOps<Self>>::linear_x_backward(weight, dy),
+        }
+    }
+
+    fn fused_linear_weight_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        match products::weight_backward(&x, &dy) {
+            Some(dw) => dw,
+            None => <Self as burn::backend::ops::ModuleOps<Self>>::linear_weight_backward(x, dy),
+        }
+    }
+}
+
+/// ndarray: burn's own `linear` operations (the trait's bodies).
+#[cfg(feature = "ndarray")]
+impl LinearOps for burn::backend::NdArray {}
+
+/// The CubeCL backends: burn's own `linear` operations (the trait's bodies).
+#[cfg(any(
+    feature = "wgpu",
+    feature = "vulkan",
+    feature = "metal",
+    feature = "cuda"
+))]
+impl LinearOps for burn::backend::Cube {}
+
+/// What the backward pass keeps: `x` when the weight needs a gradient, the weight when `x`
+/// does (as burn's own `linear` node keeps them).
+#[derive(Clone, Debug)]
+struct Saved<B: Backend> {
+    x: Option<FloatTensor<B>>,
+    weight: Option<FloatTensor<B>>,
+}
+
+impl<B: LinearOps> Saved<B> {
+    /// `x` when the weight is tracked, the weight when `x` is (burn's own `linear` node keeps
+    /// the same).
+    fn of<C: CheckpointStrategy>(
+        x: &FloatTensor<Autodiff<B, C>>,
+        weight: &FloatTensor<Autodiff<B, C>>,
+    ) -> Self {
+        Self {
+            x: weight.is_tracked().then(|| x.clone().into_primitive()),
+            weight: x.is_tracked().then(|| weight.clone().into_primitive()),
+        }
+    }
+
+    /// The gradients of `x` and of the weight, each where its parent is tracked.
+    fn register(
+        self,
+        [node_x, node_weight]: [Option<NodeId>; 2],
+        dy: &FloatTensor<B>,
+        grads: &mut Gradients,
+    ) {
+        if let (Some(id), Some(weight)) = (node_x, self.weight) {
+            grads.register::<B>(id, B::fused_linear_x_backward(weight, dy.clone()));
+        }
+        if let (Some(id), Some(x)) = (node_weight, self.x) {
+            grads.register::<B>(id, B::fused_linear_weight_backward(x, dy.clone()));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LinearWithBias;
+
+impl<B: LinearOps> Backward<B, 3> for LinearWithBias {
+    type State = Saved<B>;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let [node_x, node_weight, node_bias] = ops.parents;
+        let ids = [node_x, node_weight].map(|n| n.map(|n| n.id));
+        ops.state.register(ids, &dy, grads);
+        if let Some(node) = node_bias {
+            let db = <B as burn::backend::ops::ModuleOps<B>>::linear_bias_backward(dy);
+            grads.register::<B>(node.id, db);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LinearNoBias;
+
+impl<B: LinearOps> Backward<B, 2> for LinearNoBias {
+    type State = Saved<B>;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dy = grads.consume::<B>(&ops.node);
+        let ids = ops.parents.map(|n| n.map(|n| n.id));
+        ops.state.register(ids, &dy, grads);
+    }
+}
+
+impl<B: LinearOps, C: CheckpointStrategy> LinearOps for Autodiff<B, C> {
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let state = Saved::of::<C>(&x, &weight);
+        let nodes = [x.node(), weight.node(), bias.node()];
+        let (x, weight, bias) = (
+            x.into_primitive(),
+            weight.into_primitive(),
+            bias.into_primitive(),
+        );
+        match LinearWithBias
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(state, B::fused_linear(x, weight, bias)),
+            OpsKind::UnTracked(prep) => prep.finish(B::fused_linear(x, weight, bias)),
+        }
+    }
+
+    fn fused_linear_unbiased(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        let state = Saved::of::<C>(&x, &weight);
+        let nodes = [x.node(), weight.node()];
+        let (x, weight) = (x.into_primitive(), weight.into_primitive());
+        match LinearNoBias.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(state, B::fused_linear_unbiased(x, weight)),
+            OpsKind::UnTracked(prep) => prep.finish(B::fused_linear_unbiased(x, weight)),
+        }
+    }
+
+    /// Runs `B`'s product on the inner tensors; the gradient it returns is not itself
+    /// differentiable.
+    fn fused_linear_x_backward(
+        weight: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::from_inner(B::fused_linear_x_backward(
+            weight.into_primitive(),
+            dy.into_primitive(),
+        ))
+    }
+
+    /// As [`fused_linear_x_backward`](Self::fused_linear_x_backward).
+    fn fused_linear_weight_backward(
+        x: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::from_inner(B::fused_linear_weight_backward(
+            x.into_primitive(),
+            dy.into_primitive(),
+        ))
+    }
+}
+
+/// The `gemm` calls behind flex's [`LinearOps`]: each output is a fresh vector that the product
+/// alone writes (after the bias rows, where there is a bias).
+#[cfg(feature = "flex")]
+mod products {
+    use std::borrow::Cow;
+
+    use burn::backend::TensorMetadata;
+    use burn::backend::flex::FlexTensor;
+    use burn::tensor::{DType, Shape, TensorData};
+
+    use crate::native::host::flex_floats;
+
+    /// A matrix read where it lies: element `(i, j)` is `values[offset + i·row + j·column]`.
+    struct Matrix<'a> {
+        values: Cow<'a, [f32]>,
+        offset: usize,
+        rows: usize,
+        columns: usize,
+        row: usize,
+        column: usize,
+    }
+
+    impl<'a> Matrix<'a> {
+        /// `t` as `[rows, columns]`: all its leading dimensions are rows. Contiguous values
+        /// are borrowed, so is a two-dimensional view with non-negative strides (a transpose,
+        /// a narrowed block); anything else is copied out. `None` unless `t` is `f32`.
+        fn of(t: &'a FlexTensor) -> Option<Self> {
+            if t.dtype() != DType::F32 {
+                return None;
+            }
+            let shape = t.shape();
+            let columns = shape.as_slice().last().copied().unwrap_or(1);
+            let rows = shape.num_elements().checked_div(columns).unwrap_or(0);
+            let layout = t.layout();
+            let strides = layout.strides();
+            if shape.num_dims() == 2 && !layout.is_contiguous() && strides.iter().all(|&s| s >= 0) {
+                return Some(Self {
+                    values: Cow::Borrowed(t.storage::<f32>()),
+                    offset: layout.start_offset(),
+                    rows,
+                    columns,
+                    row: strides[0].unsigned_abs(),
+                    column: strides[1].unsigned_abs(),
+                });
+            }
+            Some(Self {
+                values: flex_floats(t),
+                offset: 0,
+                rows,
+                columns,
+                row: columns,
+                column: 1,
+            })
+        }
+
+        /// The same values read as the transpose, `[columns, rows]`.
+        fn transposed(self) -> Self {
+            Self {
+                rows: self.columns,
+                columns: self.rows,
+                row: self.column,
+                column: self.row,
+                ..self
+            }
+        }
+
+        /// Whether every element lies inside `values` (what makes the raw reads sound).
+        fn in_bounds(&self) -> bool {
+            if self.rows == 0 || self.columns == 0 {
+                return true;
+            }
+            let last = (self.rows - 1)
+                .checked_mul(self.row)
+                .zip((self.columns - 1).checked_mul(self.column))
+                .and_then(|(a, b)| a.checked_add(b))
+                .and_then(|a| a.checked_add(self.offset));
+            last.is_some_and(|last| last < self.values.len())
+        }
+    }
+
+    /// `a · b` into a new `[a.rows, b.columns]` row-major vector; with `bias`, each row starts
+    /// as `bias` and the product is added to it.
+    fn product(a: &Matrix<'_>, b: &Matrix<'_>, bias: Option<&[f32]>) -> Vec<f32> {
+        let (m, k, n) = (a.rows, a.columns, b.columns);
+        assert_eq!(b.rows, k, "inner dimensions of the product");
+        assert!(
+            a.in_bounds() && b.in_bounds(),
+            "matrix views inside their storage"
+        );
+        let len = m.checked_mul(n).expect("product size fits in memory");
+        let mut out: Vec<f32> = match bias {
+            Some(bias) => {
+                assert_eq!(bias.len(), n, "one bias value per output column");
+                let mut rows = Vec::with_capacity(len);
+                for _ in 0..m {
+                    rows.extend_from_slice(bias);
+                }
+                rows
+            }
+            None if k == 0 => vec![0.0; len],
+            None => Vec::with_capacity(len),
+        };
+        if m == 0 || n == 0 || k == 0 {
+            return out;
+        }
+        let parallelism = if rayon::current_num_threads() > 1 {
+            // gemm keeps small products on one thread by its own threshold.
+            gemm::Parallelism::Rayon(0)
+        } else {
+            gemm::Parallelism::None
+        };
+        let read_dst = bias.is_some();
+        let isize_of = |v: usize| isize::try_from(v).expect("stride fits in isize");
+        #[allow(unsafe_code)]
+        // SAFETY: `a` and `b` lie inside their storage (checked above), so every read is in
+        // bounds; the destination holds `len = m·n` floats of capacity, row-major (row stride
+        // `n`, column stride 1), each written once by the product. Without a bias the
+        // destination is not read (`read_dst` false, alpha 0) and every one of its `m·n`
+        // elements is written (k > 0), so `set_len(len)` exposes only initialised values.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                out.as_mut_ptr(),
+                1,
+                isize_of(n),
+                read_dst,
+                a.values.as_ptr().add(a.offset),
+                isize_of(a.column),
+                isize_of(a.row),
+                b.values.as_ptr().add(b.offset),
+                isize_of(b.column),
+                isize_of(b.row),
+                if read_dst { 1.0 } else { 0.0 },
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+            if !read_dst {
+                out.set_len(len);
+            }
+        }
+        out
+    }
+
+    fn tensor(values: Vec<f32>, shape: Shape) -> FlexTensor {
+        FlexTensor::from_data(TensorData::new(values, shape))
+    }
+
+    /// `shape` with its last dimension `last`.
+    fn with_last(shape: Shape, last: usize) -> Shape {
+        let mut dims = shape.as_slice().to_vec();
+        if let Some(d) = dims.last_mut() {
+            *d = last;
+        }
+        Shape::from(dims)
+    }
+
+    /// `x · weight + bias`, or `None` when an operand is not `f32`.
+    pub(super) fn forward(
+        x: &FlexTensor,
+        weight: &FlexTensor,
+        bias: Option<&FlexTensor>,
+    ) -> Option<FlexTensor> {
+        let (a, w) = (Matrix::of(x)?, Matrix::of(weight)?);
+        let bias = match bias {
+            Some(b) if b.dtype() != DType::F32 => return None,
+            Some(b) => Some(flex_floats(b)),
+            None => None,
+        };
+        let y = product(&a, &w, bias.as_deref());
+        Some(tensor(y, with_last(x.shape(), w.columns)))
+    }
+
+    /// `dy · weightᵀ`, or `None` when an operand is not `f32`.
+    pub(super) fn x_backward(weight: &FlexTensor, dy: &FlexTensor) -> Option<FlexTensor> {
+        let (g, w) = (Matrix::of(dy)?, Matrix::of(weight)?);
+        let dx = product(&g, &w.transposed(), None);
+        Some(tensor(dx, with_last(dy.shape(), weight.shape()[0])))
+    }
+
+    /// `xᵀ · dy` over all rows, or `None` when an operand is not `f32`.
+    pub(super) fn weight_backward(x: &FlexTensor, dy: &FlexTensor) -> Option<FlexTensor> {
+        let (a, g) = (Matrix::of(x)?, Matrix::of(dy)?);
+        let (d_input, d_output) = (a.columns, g.columns);
+        let dw = product(&a.transposed(), &g, None);
+        Some(tensor(dw, Shape::from(vec![d_input, d_output])))
+    }
 }
 
 #[cfg(feature = "flex")]
@@ -174,8 +639,9 @@ mod tests {
         });
     }
 
+    /// Under autodiff one row does not take the threaded path; its gradients are `LinearOps`'s.
     #[test]
-    fn gradients_flow_through_burns_path_under_autodiff() {
+    fn one_row_gradients_under_autodiff() {
         let device = Device::flex().autodiff();
         let mut rng = SeededRng::new(12);
         let (d_input, d_output) = SHAPES[0];
@@ -199,6 +665,162 @@ mod tests {
             0.0,
             "dW row 0",
         );
+    }
+
+    /// `Σ_r a[r, i] · b[r, j]` in `f64`: `aᵀ · b` for row-major `a` `[rows, p]`, `b` `[rows,
+    /// q]`.
+    fn transposed_product(a: &[f32], b: &[f32], rows: usize, p: usize, q: usize) -> Vec<f32> {
+        (0..p * q)
+            .map(|ij| {
+                let (i, j) = (ij / q, ij % q);
+                (0..rows)
+                    .map(|r| f64::from(a[r * p + i]) * f64::from(b[r * q + j]))
+                    .sum::<f64>() as f32
+            })
+            .collect()
+    }
+
+    /// Forward and the three gradients of `Σ g ∘ (x · W + b)` against the definitions in `f64`
+    /// (`dx = g · Wᵀ`, `dW = xᵀ · g`, `db = Σ_rows g`), at shapes small enough for one thread
+    /// and large enough for `gemm` to split, with `W` stored plainly and as the transpose of a
+    /// `[d_output, d_input]` table, with and without a bias, on every device.
+    #[test]
+    fn forward_and_gradients_equal_the_definitions() {
+        for_each_device(|test| {
+            let device = test.device.clone().autodiff();
+            let mut rng = SeededRng::new(14);
+            for (batch, seq, d_input, d_output) in [(2, 3, 5, 7), (3, 100, 96, 160), (1, 40, 1, 3)]
+            {
+                let rows = batch * seq;
+                let x = rng
+                    .tensor::<3>([batch, seq, d_input], &device)
+                    .require_grad();
+                let w_plain = rng.tensor::<2>([d_input, d_output], &device);
+                let b = rng.tensor::<1>([d_output], &device).require_grad();
+                let g = rng.tensor::<3>([batch, seq, d_output], &device);
+                let (xv, wv, bv, gv) = (
+                    to_vec(x.clone()),
+                    to_vec(w_plain.clone()),
+                    to_vec(b.clone()),
+                    to_vec(g.clone()),
+                );
+                let stored =
+                    Tensor::<2>::from_data(w_plain.clone().transpose().into_data(), &device);
+                for (layout, w) in [
+                    ("plain", w_plain.clone()),
+                    ("transposed", stored.transpose()),
+                ] {
+                    for with_bias in [true, false] {
+                        let what = |part: &str| {
+                            format!(
+                                "{} {batch}x{seq}x{d_input}->{d_output} {layout} bias {with_bias}: {part}",
+                                test.name
+                            )
+                        };
+                        let w = w.clone().require_grad();
+                        let y = linear(x.clone(), w.clone(), with_bias.then(|| b.clone()));
+                        assert_eq!(y.dims(), [batch, seq, d_output]);
+                        let zero = vec![0.0; d_output];
+                        let want = (0..rows)
+                            .flat_map(|r| {
+                                let bias = if with_bias { &bv } else { &zero };
+                                reference(
+                                    &xv[r * d_input..][..d_input],
+                                    &wv,
+                                    bias,
+                                    d_input,
+                                    d_output,
+                                )
+                            })
+                            .collect::<Vec<_>>();
+                        assert_close_slices(&to_vec(y.clone()), &want, 1e-4, 1e-5, &what("y"));
+
+                        let grads = (y * g.clone()).sum().backward();
+                        // dx[r, i] = Σ_j g[r, j] · W[i, j]: gᵀ-free, as (Wᵀ)ᵀ-products row by row.
+                        let dx_want: Vec<f32> = (0..rows * d_input)
+                            .map(|ri| {
+                                let (r, i) = (ri / d_input, ri % d_input);
+                                (0..d_output)
+                                    .map(|j| {
+                                        f64::from(gv[r * d_output + j])
+                                            * f64::from(wv[i * d_output + j])
+                                    })
+                                    .sum::<f64>() as f32
+                            })
+                            .collect();
+                        let dx = to_vec(x.grad(&grads).expect("x has a gradient"));
+                        assert_close_slices(&dx, &dx_want, 1e-4, 1e-5, &what("dx"));
+                        let dw = to_vec(w.grad(&grads).expect("W has a gradient"));
+                        let dw_want = transposed_product(&xv, &gv, rows, d_input, d_output);
+                        assert_close_slices(&dw, &dw_want, 1e-4, 1e-4, &what("dW"));
+                        if with_bias {
+                            let db = to_vec(b.grad(&grads).expect("b has a gradient"));
+                            let ones = vec![1.0; rows];
+                            let db_want = transposed_product(&ones, &gv, rows, 1, d_output);
+                            assert_close_slices(&db, &db_want, 1e-4, 1e-4, &what("db"));
+                        }
+                        // Without autodiff, the same values.
+                        let inference = linear(
+                            x.clone().inner(),
+                            w.clone().inner(),
+                            with_bias.then(|| b.clone().inner()),
+                        );
+                        assert_close_slices(
+                            &to_vec(inference),
+                            &want,
+                            1e-4,
+                            1e-5,
+                            &what("inference"),
+                        );
+                    }
+                }
+            }
+        });
+    }
+
+    /// Only the tracked inputs get gradients: a frozen weight still passes one to `x`, a frozen
+    /// `x` still passes one to the weight.
+    #[test]
+    fn gradients_reach_only_the_inputs_that_require_them() {
+        for_each_device(|test| {
+            let device = test.device.clone().autodiff();
+            let mut rng = SeededRng::new(15);
+            let x = rng.tensor::<2>([4, 6], &device);
+            let w = rng.tensor::<2>([6, 3], &device);
+            let b = rng.tensor::<1>([3], &device);
+            let grads = linear(x.clone().require_grad(), w.clone(), Some(b.clone()))
+                .sum()
+                .backward();
+            assert!(
+                w.grad(&grads).is_none() && b.grad(&grads).is_none(),
+                "{}",
+                test.name
+            );
+            let (x2, w2) = (x.clone(), w.clone().require_grad());
+            let grads = linear(x2.clone(), w2.clone(), None).sum().backward();
+            assert!(x2.grad(&grads).is_none(), "{}", test.name);
+            // d(Σ y)/dW[i, j] = Σ_r x[r, i].
+            let xv = to_vec(x);
+            let want: Vec<f32> = (0..18)
+                .map(|ij| (0..4).map(|r| xv[r * 6 + ij / 3]).sum())
+                .collect();
+            let dw = to_vec(w2.grad(&grads).expect("W has a gradient"));
+            assert_close_slices(&dw, &want, 1e-5, 1e-5, test.name);
+        });
+    }
+
+    #[test]
+    fn served_on_flex_alone() {
+        for_each_device(|test| {
+            let flex = test.name.starts_with("flex");
+            assert_eq!(linear_serves(&test.device), flex, "{}", test.name);
+            assert_eq!(
+                linear_serves(&test.device.clone().autodiff()),
+                flex,
+                "{}",
+                test.name
+            );
+        });
     }
 
     #[cfg(feature = "flex")]
