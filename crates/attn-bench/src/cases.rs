@@ -86,6 +86,11 @@ pub enum Workload {
     /// backward, global-norm clipping, Adam) on the reverse task at one of the
     /// [`TrainShape`]s.
     Train(TrainShape),
+    /// The same update data-parallel on two replicas of the device
+    /// ([`attn_train::train::update_data_parallel`]): each runs half the batch, and their
+    /// gradients are summed before one optimizer step. On one CPU both replicas share its
+    /// cores, so this measures what the scheme costs there, not a speed-up.
+    TrainTwoReplicas(TrainShape),
     /// The same update with burn's own stack at the same shape: token and learned position
     /// embeddings, `burn::nn::transformer::TransformerEncoder` (pre-norm, ReLU, no dropout), a
     /// final LayerNorm, a linear head, cross-entropy, burn's Adam with its own gradient
@@ -218,6 +223,11 @@ pub const CASES: &[Case] = &[
     },
     Case {
         implementation: "attn",
+        name: "train_toy_2replicas",
+        workload: Workload::TrainTwoReplicas(TrainShape::Toy),
+    },
+    Case {
+        implementation: "attn",
         name: "train_mid",
         workload: Workload::Train(TrainShape::Mid),
     },
@@ -297,7 +307,9 @@ impl Case {
     /// The training shape of a training case.
     pub fn train_shape(&self) -> Option<TrainShape> {
         match self.workload {
-            Workload::Train(shape) | Workload::BurnTrain(shape) => Some(shape),
+            Workload::Train(shape)
+            | Workload::TrainTwoReplicas(shape)
+            | Workload::BurnTrain(shape) => Some(shape),
             _ => None,
         }
     }
@@ -305,7 +317,9 @@ impl Case {
     /// The passes this case runs: a training step is always forward plus backward.
     pub fn passes(&self) -> &'static [Pass] {
         match self.workload {
-            Workload::Train(_) | Workload::BurnTrain(_) => &[Pass::ForwardBackward],
+            Workload::Train(_) | Workload::TrainTwoReplicas(_) | Workload::BurnTrain(_) => {
+                &[Pass::ForwardBackward]
+            }
             Workload::DecodeCached
             | Workload::DecodeRecompute
             | Workload::BurnDecodeCached
@@ -322,7 +336,9 @@ impl Case {
     /// `[batch, n_heads, seq_len, d_head]` of the case at `seq_len`.
     pub fn dims(&self, seq_len: usize) -> [usize; 4] {
         match self.workload {
-            Workload::Train(shape) | Workload::BurnTrain(shape) => {
+            Workload::Train(shape)
+            | Workload::TrainTwoReplicas(shape)
+            | Workload::BurnTrain(shape) => {
                 let config = shape.config();
                 let (n_heads, d_model) = (config.model.n_heads, config.model.d_model);
                 [
@@ -370,6 +386,7 @@ impl Case {
                 attention + projections + feed_forward
             }
             Workload::Train(_)
+            | Workload::TrainTwoReplicas(_)
             | Workload::BurnTrain(_)
             | Workload::DecodeCached
             | Workload::DecodeRecompute
@@ -388,7 +405,8 @@ impl Case {
     fn prepare_training(&self, device: &Device, config: TrainConfig) -> Result<Step> {
         match self.workload {
             Workload::BurnTrain(_) => burn_train(config, device),
-            _ => train(config, device),
+            Workload::TrainTwoReplicas(_) => train(config, &[device.clone(), device.clone()]),
+            _ => train(config, std::slice::from_ref(device)),
         }
     }
 
@@ -426,9 +444,9 @@ impl Case {
                     }
                 })
             }
-            Workload::Train(shape) | Workload::BurnTrain(shape) => {
-                self.prepare_training(&device, shape.config())
-            }
+            Workload::Train(shape)
+            | Workload::TrainTwoReplicas(shape)
+            | Workload::BurnTrain(shape) => self.prepare_training(&device, shape.config()),
             Workload::DecodeCached => decode_cached(&device, seq_len),
             Workload::DecodeRecompute => decode_recompute(&device, seq_len),
             Workload::BurnDecodeCached => burn_decode_cached(&device, seq_len),
@@ -461,12 +479,15 @@ impl Case {
     }
 }
 
-/// One update of `attn-train`'s loop with `config`'s sizes, through the function the loop calls.
+/// One update of `attn-train`'s loop with `config`'s sizes, through the function the loop calls:
+/// [`attn_train::train::update`] on one device, [`attn_train::train::update_data_parallel`] on
+/// several (the first holding the model).
 ///
 /// One fixed batch of the reverse task is reused, so the clock sees the step and not the data
 /// generator (the step does the same work whatever the tokens).
-fn train(config: TrainConfig, device: &Device) -> Result<Step> {
+fn train(config: TrainConfig, devices: &[Device]) -> Result<Step> {
     use attn_train::{loss::loss_function, model::Model, train};
+    let device = devices.first().context("no device")?;
     let mut model = Some(Model::init(&config, device)?);
     let mut optim = train::optimizer(&config.optim);
     let loss_fn = loss_function(&config.task, device);
@@ -474,14 +495,27 @@ fn train(config: TrainConfig, device: &Device) -> Result<Step> {
         .task
         .batch(config.batch_size, &mut ChaCha8Rng::seed_from_u64(SEED));
     let (lr, grad_clip) = (config.optim.lr, config.optim.grad_clip);
-    let device = device.clone();
+    let devices = devices.to_vec();
     Ok(Box::new(move || {
         let current = model
             .take()
             .context("an earlier step failed and lost the model")?;
-        let (next, loss) = train::update(
-            current, &mut optim, &loss_fn, &batch, lr, grad_clip, &device,
-        )?;
+        let (next, loss) = match devices.as_slice() {
+            [device] => {
+                train::update(current, &mut optim, &loss_fn, &batch, lr, grad_clip, device)?
+            }
+            _ => train::update_data_parallel(
+                current,
+                &mut optim,
+                &loss_fn,
+                &batch,
+                lr,
+                grad_clip,
+                &devices,
+                true,
+                &|_| {},
+            )?,
+        };
         model = Some(next);
         anyhow::ensure!(loss.is_finite(), "the loss is {loss}");
         Ok(())

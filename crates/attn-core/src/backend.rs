@@ -66,6 +66,15 @@ pub enum BackendError {
         /// The backends compiled into this build, comma separated.
         compiled: String,
     },
+    /// A `name:index` whose index is not a number, or names a CPU backend (which has one
+    /// device), or a list with an empty entry.
+    #[error("bad device `{spec}`: {reason}")]
+    BadSpec {
+        /// What was asked for.
+        spec: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// The backend a run uses when none is named: `flex` when compiled in (the pure-Rust CPU
@@ -80,14 +89,38 @@ pub fn default_backend() -> &'static str {
 /// The device for a backend name (`flex`, `ndarray`, `wgpu`, `vulkan`, `metal`, `cuda`), without
 /// autodiff; call `.autodiff()` on it to train.
 ///
-/// GPU backends pick their default adapter; the device itself starts lazily, on first use.
+/// GPU backends pick their default adapter, or with `name:index` (`wgpu:1`, `cuda:0`) the
+/// GPU of that index (for wgpu, vulkan and metal the index-th discrete GPU); the device itself
+/// starts lazily, on first use. A CPU backend has one device and takes no index.
 ///
 /// # Errors
 ///
-/// [`BackendError::Unknown`] for a name this crate does not know, and
+/// [`BackendError::Unknown`] for a name this crate does not know,
 /// [`BackendError::NotCompiled`] for a known backend whose cargo feature is off, naming the
-/// feature to turn on.
-pub fn device(name: &str) -> Result<Device, BackendError> {
+/// feature to turn on, and [`BackendError::BadSpec`] for an index that is not a number or is
+/// given to a CPU backend.
+pub fn device(spec: &str) -> Result<Device, BackendError> {
+    let (name, index) = match spec.split_once(':') {
+        None => (spec, None),
+        Some((name, index)) => {
+            let bad = |reason: String| BackendError::BadSpec {
+                spec: spec.to_string(),
+                reason,
+            };
+            let index = index.parse::<usize>().map_err(|_| {
+                bad(format!(
+                    "the index `{index}` is not a whole number (write e.g. `{name}:0`)"
+                ))
+            })?;
+            if matches!(name, "flex" | "ndarray") {
+                return Err(bad(format!(
+                    "`{name}` is a CPU backend with one device; name it without an index \
+                     (repeat it to train several replicas on it)"
+                )));
+            }
+            (name, Some(index))
+        }
+    };
     let compiled = COMPILED.join(", ");
     let Some(&(_, feature)) = KNOWN.iter().find(|(known, _)| *known == name) else {
         let known = KNOWN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
@@ -97,15 +130,48 @@ pub fn device(name: &str) -> Result<Device, BackendError> {
             compiled,
         });
     };
-    compiled_device(name).ok_or_else(|| BackendError::NotCompiled {
+    compiled_device(name, index).ok_or_else(|| BackendError::NotCompiled {
         name: name.to_string(),
         feature: feature.to_string(),
         compiled,
     })
 }
 
-/// The device for a known backend name, or `None` when its feature is off.
-fn compiled_device(name: &str) -> Option<Device> {
+/// The devices of a comma-separated list of [`device`] specs (`flex,flex`, `wgpu:0,wgpu:1`), in
+/// order: the devices of a data-parallel run, one replica each. A name may repeat.
+///
+/// # Errors
+///
+/// As [`device`] for the first entry that fails; [`BackendError::BadSpec`] for an empty entry.
+pub fn devices(list: &str) -> Result<Vec<Device>, BackendError> {
+    list.split(',')
+        .map(|spec| {
+            let spec = spec.trim();
+            if spec.is_empty() {
+                return Err(BackendError::BadSpec {
+                    spec: list.to_string(),
+                    reason: "the list has an empty entry".into(),
+                });
+            }
+            device(spec)
+        })
+        .collect()
+}
+
+/// The device for a known backend name (with a GPU index where given), or `None` when its
+/// feature is off.
+#[cfg_attr(
+    not(any(
+        feature = "wgpu",
+        feature = "vulkan",
+        feature = "metal",
+        feature = "cuda"
+    )),
+    allow(unused_variables)
+)]
+fn compiled_device(name: &str, index: Option<usize>) -> Option<Device> {
+    #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "metal"))]
+    let kind = index.map_or(DeviceKind::DefaultDevice, DeviceKind::DiscreteGpu);
     match name {
         #[cfg(feature = "flex")]
         "flex" => Some(Device::flex()),
@@ -114,13 +180,13 @@ fn compiled_device(name: &str) -> Option<Device> {
         // burn 0.22 deprecates ndarray in favour of flex; it still works.
         "ndarray" => Some(Device::ndarray()),
         #[cfg(feature = "wgpu")]
-        "wgpu" => Some(Device::wgpu(DeviceKind::DefaultDevice)),
+        "wgpu" => Some(Device::wgpu(kind)),
         #[cfg(feature = "vulkan")]
-        "vulkan" => Some(Device::vulkan(DeviceKind::DefaultDevice)),
+        "vulkan" => Some(Device::vulkan(kind)),
         #[cfg(feature = "metal")]
-        "metal" => Some(Device::metal(DeviceKind::DefaultDevice)),
+        "metal" => Some(Device::metal(kind)),
         #[cfg(feature = "cuda")]
-        "cuda" => Some(Device::cuda(0)),
+        "cuda" => Some(Device::cuda(index.unwrap_or(0))),
         _ => None,
     }
 }
@@ -157,6 +223,27 @@ mod tests {
             message.contains("tpu") && message.contains("flex"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn lists_name_devices_in_order_and_bad_entries_are_named() {
+        let name = default_backend();
+        let two = devices(&format!("{name}, {name}")).expect("a repeated backend is allowed");
+        assert_eq!(two.len(), 2);
+        assert_eq!(two[0], two[1]);
+        for (spec, says) in [
+            ("flex:1", "CPU backend"),
+            ("wgpu:x", "`x` is not a whole number"),
+            ("flex,,flex", "empty entry"),
+        ] {
+            let err = devices(spec).expect_err(spec);
+            assert!(matches!(err, BackendError::BadSpec { .. }), "{spec}: {err}");
+            assert!(err.to_string().contains(says), "{spec}: {err}");
+        }
+        assert!(matches!(
+            devices("flex,tpu"),
+            Err(BackendError::Unknown { name, .. }) if name == "tpu"
+        ));
     }
 
     #[test]

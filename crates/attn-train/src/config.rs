@@ -178,7 +178,9 @@ pub struct TrainConfig {
     pub batch_size: usize,
     /// Seed of every random stream of the run.
     pub seed: u64,
-    /// Backend name (see [`crate::backend`]).
+    /// Backend name (see [`crate::backend`]), or a comma-separated list of them (`flex,flex`,
+    /// `wgpu:0,wgpu:1`) for data-parallel training, one replica per entry, the first holding
+    /// the model ([`crate::train::update_data_parallel`]).
     pub device: String,
     /// Evaluate on the held-out set every this many steps (and at the end).
     pub eval_every: usize,
@@ -221,8 +223,13 @@ pub struct Overrides {
     #[arg(long, value_enum)]
     pub task: Option<TaskKind>,
     /// Backend, one compiled into this build (default: flex where compiled in, else the first
-    /// backend compiled in)
-    #[arg(long, value_name = "flex|ndarray|wgpu|vulkan|metal|cuda")]
+    /// backend compiled in); a comma-separated list (`flex,flex`, `wgpu:0,wgpu:1`) trains one
+    /// replica per entry, data-parallel, the batch shared among them
+    #[arg(
+        long,
+        visible_alias = "devices",
+        value_name = "flex|ndarray|wgpu|vulkan|metal|cuda"
+    )]
     pub device: Option<String>,
     /// Optimizer updates; the learning-rate schedule spans them [default: 2000]
     #[arg(long)]
@@ -330,6 +337,14 @@ impl TrainConfig {
             if value == 0 {
                 return bad(format!("{what} is 0; it must be at least 1"));
             }
+        }
+        let replicas = self.device.split(',').count();
+        if replicas > self.batch_size {
+            return bad(format!(
+                "batch_size {} is smaller than the {replicas} devices of `{}`: each replica \
+                 needs at least one sequence",
+                self.batch_size, self.device
+            ));
         }
         if self.model.n_layers == 0 {
             return bad("n_layers is 0; the encoder needs at least 1 layer".into());

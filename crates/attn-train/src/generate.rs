@@ -35,7 +35,7 @@ pub struct Request {
     pub sampling: Sampling,
     /// Seed of the sampling generator.
     pub seed: u64,
-    /// Backend name; `None`: the run's own.
+    /// Backend name; `None`: the run's own (a data-parallel run's first).
     pub device: Option<String>,
 }
 
@@ -77,7 +77,9 @@ pub fn generate(
             task.kind
         )));
     }
-    let device = crate::backend::device(request.device.as_deref().unwrap_or(&config.device))?;
+    // A data-parallel run names several devices; its model lived on the first.
+    let run_device = config.device.split(',').next().unwrap_or_default().trim();
+    let device = crate::backend::device(request.device.as_deref().unwrap_or(run_device))?;
     let path =
         checkpoint::latest(dir)?.ok_or_else(|| TrainError::NoCheckpoint { path: dir.clone() })?;
     let model = checkpoint::load_model(&path, Model::init(&config, &device)?)?;

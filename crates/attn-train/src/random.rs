@@ -86,6 +86,20 @@ pub fn dropout_seed(seed: u64, step: usize) -> u64 {
     rng.next_u64()
 }
 
+/// The backend's seed for the dropout masks of share `share` of update `step` in
+/// data-parallel training ([`crate::train::update_data_parallel`]): the first share's is
+/// [`dropout_seed`], the others' the words after it, at `2 · (step · 2^32 + share)` of the same
+/// stream, so no two (step, share) pairs share a seed in a run of fewer than 2³² steps.
+pub fn share_dropout_seed(seed: u64, step: usize, share: usize) -> u64 {
+    if share == 0 {
+        return dropout_seed(seed, step);
+    }
+    let mut rng = Rng::stream(seed, Stream::Dropout);
+    rng.0
+        .set_word_pos(2 * (((step as u128) << 32) + share as u128));
+    rng.next_u64()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;

@@ -299,6 +299,33 @@ impl Batch {
                 .collect(),
         })
     }
+
+    /// The rows in `parts` consecutive batches, the first `batch % parts` one row longer than
+    /// the rest (so none is empty when `parts <= batch`); [`concat`](Self::concat) of them is
+    /// `self`. Data-parallel training gives one to each replica.
+    pub fn split(&self, parts: usize) -> Vec<Batch> {
+        let parts = parts.max(1);
+        let (each, longer) = (self.batch / parts, self.batch % parts);
+        let mut start = 0;
+        (0..parts)
+            .map(|part| {
+                let rows = each + usize::from(part < longer);
+                let range = start..start + rows;
+                start += rows;
+                let take = |data: &[i64], width: usize| {
+                    data[range.start * width..range.end * width].to_vec()
+                };
+                Batch {
+                    batch: rows,
+                    seq_len: self.seq_len,
+                    tokens: take(&self.tokens, self.seq_len),
+                    targets: take(&self.targets, self.seq_len),
+                    source_len: self.source_len,
+                    source: take(&self.source, self.source_len),
+                }
+            })
+            .collect()
+    }
 }
 
 impl TaskConfig {
@@ -773,6 +800,31 @@ mod tests {
         let mut xs = x.clone();
         xs.sort_unstable();
         assert_eq!(xs, y);
+    }
+
+    #[test]
+    fn split_gives_near_equal_row_ranges_that_concatenate_back() {
+        let translate = TaskConfig {
+            kind: TaskKind::Translate,
+            seq_len: 6,
+            ..task(TaskKind::Translate)
+        };
+        for task in [task(TaskKind::Reverse), translate] {
+            let batch = task.batch(7, &mut Rng::new(5));
+            for parts in 1..=7 {
+                let shards = batch.split(parts);
+                let rows: Vec<usize> = shards.iter().map(|s| s.batch).collect();
+                assert_eq!(rows.iter().sum::<usize>(), 7, "{parts} parts: {rows:?}");
+                assert!(rows.iter().all(|&r| r == 7 / parts || r == 7 / parts + 1));
+                assert!(rows.windows(2).all(|w| w[0] >= w[1]), "{rows:?}");
+                assert_eq!(
+                    Batch::concat(&shards).expect("at least one part"),
+                    batch,
+                    "{:?} in {parts} parts",
+                    task.kind
+                );
+            }
+        }
     }
 
     #[test]

@@ -46,7 +46,9 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLoss;
 use burn::optim::decay::WeightDecayConfig;
-use burn::optim::{AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::optim::{
+    AdamConfig, AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer,
+};
 use burn::tensor::Device;
 use serde::Serialize;
 
@@ -130,8 +132,8 @@ pub struct RunSummary {
 /// Any [`TrainError`]: a bad configuration, an unknown backend, file trouble, a corrupt or
 /// mismatched checkpoint when resuming, or a loss that is not finite.
 pub fn run(config: &TrainConfig, options: &RunOptions) -> Result<RunSummary, TrainError> {
-    let device = crate::backend::device(&config.device)?;
-    run_on(config, device, options)
+    let devices = crate::backend::devices(&config.device)?;
+    run_data_parallel(config, devices, options)
 }
 
 /// Continues the run whose output folder is `dir`, with the configuration saved there changed
@@ -273,7 +275,39 @@ pub fn run_on(
     device: Device,
     options: &RunOptions,
 ) -> Result<RunSummary, TrainError> {
+    run_data_parallel(config, vec![device], options)
+}
+
+/// Trains one replica of the model on each of `devices` (without autodiff; the loop adds it),
+/// every update through [`update_data_parallel`]: the first device holds the model, the
+/// optimizer, evaluation and checkpoints, and the run's numbers are those of the whole batch
+/// on that device alone, up to the order of floating-point sums. One device is [`run_on`].
+/// `config.device` only labels the run.
+///
+/// With dropout, the shares run one after another, each drawing its masks from its device's
+/// generator reseeded from `(seed, step, share)`, so a resumed run still repeats an unbroken one.
+///
+/// # Errors
+///
+/// As [`run`]; [`TrainError::Config`] when `devices` is empty or outnumbers the batch's rows.
+pub fn run_data_parallel(
+    config: &TrainConfig,
+    devices: Vec<Device>,
+    options: &RunOptions,
+) -> Result<RunSummary, TrainError> {
     config.validate()?;
+    let Some(device) = devices.first().cloned() else {
+        return Err(TrainError::Config("no device to train on".into()));
+    };
+    if devices.len() > config.batch_size {
+        return Err(TrainError::Config(format!(
+            "batch_size {} is smaller than the {} devices to train on: each replica needs at \
+             least one sequence",
+            config.batch_size,
+            devices.len()
+        )));
+    }
+    let replica_devices: Vec<Device> = devices.iter().map(|d| d.clone().autodiff()).collect();
     if options.stop_at == Some(0) {
         return Err(TrainError::Config(
             "--stop-at is 0; it must be at least 1 (a run stopped before its first step has \
@@ -346,15 +380,35 @@ pub fn run_on(
         // function of (seed, step), whatever ran before.
         train_device.seed(random::dropout_seed(config.seed, step));
         let loss_value;
-        (model, loss_value) = update(
-            model,
-            &mut optim,
-            &loss_fn,
-            &batch,
-            lr,
-            config.optim.grad_clip,
-            &train_device,
-        )?;
+        (model, loss_value) = if replica_devices.len() == 1 {
+            update(
+                model,
+                &mut optim,
+                &loss_fn,
+                &batch,
+                lr,
+                config.optim.grad_clip,
+                &train_device,
+            )?
+        } else {
+            update_data_parallel(
+                model,
+                &mut optim,
+                &loss_fn,
+                &batch,
+                lr,
+                config.optim.grad_clip,
+                &replica_devices,
+                config.model.dropout == 0.0,
+                &|share| {
+                    replica_devices[share].seed(random::share_dropout_seed(
+                        config.seed,
+                        step,
+                        share,
+                    ))
+                },
+            )?
+        };
         // A diverged step's update is never checkpointed: the run ends here.
         if let Some(err) = diverged(step, loss_value, state.first_loss, &last_checkpoint) {
             progress.finish();
@@ -503,21 +557,183 @@ pub fn update(
     device: &Device,
 ) -> Result<(Model, f64), TrainError> {
     let run = || {
-        let logits = model.logits(batch, device)?; // [batch, seq_len, n_classes]
-        let loss = token_loss(loss_fn, logits, batch.targets_tensor(device));
-        let loss_value = value_of(loss.clone())?;
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let grads = match grad_clip {
-            Some(max_norm) => clip_global_norm(&model, grads, max_norm).0,
-            None => grads,
-        };
-        Ok((optim.step(lr, model, grads), loss_value))
+        let (loss_value, grads) = loss_and_gradients(&model, loss_fn, batch, 1.0, device)?;
+        Ok((step(model, optim, grads, lr, grad_clip), loss_value))
     };
     if attn_core::native_serves(device) {
         rayon::scope(|_| run())
     } else {
         run()
     }
+}
+
+/// One data-parallel update over `devices` (autodiff devices; the first holds `model` and the
+/// optimizer's state): the batch is [split](Batch::split) into one share per device, each
+/// device runs the forward and backward pass of its share on its own replica of the model,
+/// and the replicas' gradients meet on the first device, where they are summed, clipped and
+/// applied by one optimizer step, exactly as [`update`] applies the gradients of the whole
+/// batch on one device:
+///
+/// ```text
+/// loss = Σ_r (n_r / n) · loss_r          n_r scored positions of share r, n of the batch
+/// g    = Σ_r (n_r / n) · ∇ loss_r        = ∇ loss, the whole batch's gradient
+/// ```
+///
+/// This is burn's local multi-device scheme (burn-train's `MultiDeviceNaive` strategy), built
+/// from burn's own parts: `Module::fork` puts a replica on its device, `GradientsParams::to_device`
+/// brings its gradients to the first device, and `GradientsAccumulator` sums them. burn
+/// 0.22.1's collective `all_reduce` (burn-train's DDP strategy) dispatches only on its CUDA and
+/// remote backends, so it serves none of the backends tested here.
+///
+/// The shares run at the same time, one thread each (on the CPU backends as tasks of rayon's
+/// pool, as [`update`] runs), when `concurrent`; otherwise one after another, each after
+/// `before_share(r)` (which reseeds the backend's generator: burn's generator is global per
+/// backend, so replicas that draw dropout masks at the same time from one backend would draw
+/// in an order set by the threads' timing).
+///
+/// # Errors
+/// [`TrainError`] when a share does not fit the model, or the batch has fewer rows than there
+/// are devices.
+#[allow(clippy::too_many_arguments)]
+pub fn update_data_parallel(
+    model: Model,
+    optim: &mut ModuleOptimizer,
+    loss_fn: &CrossEntropyLoss,
+    batch: &Batch,
+    lr: f64,
+    grad_clip: Option<f32>,
+    devices: &[Device],
+    concurrent: bool,
+    before_share: &(dyn Fn(usize) + Sync),
+) -> Result<(Model, f64), TrainError> {
+    let Some(main) = devices.first() else {
+        return Err(TrainError::Config(
+            "data-parallel training needs a device".into(),
+        ));
+    };
+    if batch.batch < devices.len() {
+        return Err(TrainError::Config(format!(
+            "a batch of {} sequences cannot be shared among {} devices: each needs at least one",
+            batch.batch,
+            devices.len()
+        )));
+    }
+    let shares = batch.split(devices.len());
+    let scored: Vec<usize> = shares
+        .iter()
+        .map(|share| scored_positions(loss_fn, share))
+        .collect();
+    let total = scored.iter().sum::<usize>().max(1) as f64;
+    // Each share's loss and gradients, the gradients moved to the first device.
+    let share_job = |r: usize| -> Result<Option<(f64, GradientsParams)>, TrainError> {
+        if scored[r] == 0 {
+            return Ok(None); // no position to score: its weight in the sum is 0
+        }
+        before_share(r);
+        let device = &devices[r];
+        let replica = if r == 0 {
+            model.clone()
+        } else {
+            model.clone().fork(device)
+        };
+        let weight = scored[r] as f64 / total;
+        let (loss, grads) = loss_and_gradients(&replica, loss_fn, &shares[r], weight, device)?;
+        let grads = if r == 0 {
+            grads
+        } else {
+            grads.to_device(main, &replica)
+        };
+        Ok(Some((loss, grads)))
+    };
+    let gather = || -> Vec<Result<Option<(f64, GradientsParams)>, TrainError>> {
+        if !concurrent {
+            (0..devices.len()).map(share_job).collect()
+        } else if devices.iter().all(attn_core::native_serves) {
+            use rayon::prelude::*;
+            (0..devices.len()).into_par_iter().map(share_job).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let others: Vec<_> = (1..devices.len())
+                    .map(|r| scope.spawn(move || share_job(r)))
+                    .collect();
+                std::iter::once(share_job(0))
+                    .chain(others.into_iter().map(|handle| {
+                        handle
+                            .join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    }))
+                    .collect()
+            })
+        }
+    };
+    let on_pool = attn_core::native_serves(main);
+    let results = if on_pool {
+        rayon::scope(|_| gather())
+    } else {
+        gather()
+    };
+    let apply = || -> Result<(Model, f64), TrainError> {
+        let mut sum = GradientsAccumulator::<Model>::new();
+        let mut loss = 0.0;
+        for result in results {
+            if let Some((share_loss, grads)) = result? {
+                loss += share_loss;
+                sum.accumulate(&model, grads);
+            }
+        }
+        Ok((step(model, optim, sum.grads(), lr, grad_clip), loss))
+    };
+    if on_pool {
+        rayon::scope(|_| apply())
+    } else {
+        apply()
+    }
+}
+
+/// The loss of `batch` times `weight`, read back to the host, and its gradients.
+fn loss_and_gradients(
+    model: &Model,
+    loss_fn: &CrossEntropyLoss,
+    batch: &Batch,
+    weight: f64,
+    device: &Device,
+) -> Result<(f64, GradientsParams), TrainError> {
+    let logits = model.logits(batch, device)?; // [batch, seq_len, n_classes]
+    let mut loss = token_loss(loss_fn, logits, batch.targets_tensor(device));
+    if weight != 1.0 {
+        loss = loss * weight;
+    }
+    let loss_value = value_of(loss.clone())?;
+    Ok((
+        loss_value,
+        GradientsParams::from_grads(loss.backward(), model),
+    ))
+}
+
+/// Clipping, then burn's optimizer step.
+fn step(
+    model: Model,
+    optim: &mut ModuleOptimizer,
+    grads: GradientsParams,
+    lr: f64,
+    grad_clip: Option<f32>,
+) -> Model {
+    let grads = match grad_clip {
+        Some(max_norm) => clip_global_norm(&model, grads, max_norm).0,
+        None => grads,
+    };
+    optim.step(lr, model, grads)
+}
+
+/// The positions of `batch` that the loss scores: those whose target is not one of the loss's
+/// ignored classes.
+fn scored_positions(loss_fn: &CrossEntropyLoss, batch: &Batch) -> usize {
+    let ignored = loss_fn.pad_tokens.as_deref().unwrap_or(&[]);
+    batch
+        .targets
+        .iter()
+        .filter(|&&t| !ignored.iter().any(|&i| i as i64 == t))
+        .count()
 }
 
 /// burn's Adam or AdamW from the configuration. Clipping is done by [`clip_global_norm`]
@@ -736,6 +952,74 @@ mod tests {
             for dir in [whole_dir, split_dir] {
                 std::fs::remove_dir_all(dir).expect("cleanup");
             }
+        });
+    }
+
+    /// Each evaluation's step, training loss, held-out loss and token accuracy.
+    fn losses(summary: &RunSummary) -> Vec<(usize, f64, f64, f64)> {
+        summary
+            .history
+            .rows
+            .iter()
+            .map(|r| (r.step, r.train_loss, r.eval_loss, r.eval_token_accuracy))
+            .collect()
+    }
+
+    #[test]
+    fn data_parallel_runs_end_like_one_device_taking_the_whole_batch() {
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        for_each_device(|d| {
+            // Reverse scores every position; add scores only the answer, so the shares' losses
+            // are weighted by their scored positions, and 7 rows split unevenly (4 + 3, 3 + 2 + 2).
+            for kind in [TaskKind::Reverse, TaskKind::Add] {
+                let mut config = tiny(d, kind, 6);
+                config.model.dropout = 0.0;
+                config.batch_size = 7;
+                config.eval_every = 2;
+                let one = run_on(&config, d.device.clone(), &quiet(None)).expect("one device");
+                let want = losses(&one);
+                assert_ne!(want[0].2, want[2].2, "{kind:?}: the run must move");
+                for replicas in [2, 3] {
+                    let devices = vec![d.device.clone(); replicas];
+                    let got =
+                        run_data_parallel(&config, devices, &quiet(None)).expect("data-parallel");
+                    let got = losses(&got);
+                    assert_eq!(got.len(), want.len());
+                    for (x, y) in want.iter().zip(&got) {
+                        assert_eq!(x.0, y.0);
+                        assert!(
+                            (x.1 - y.1).abs() < 1e-4 && (x.2 - y.2).abs() < 1e-4,
+                            "{kind:?} on {replicas} replicas: {y:?}, one device {x:?}"
+                        );
+                    }
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn data_parallel_runs_with_dropout_repeat_and_bad_device_lists_are_refused() {
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        for_each_device(|d| {
+            let config = tiny(d, TaskKind::Copy, 4); // dropout 0.1
+            let twice = || {
+                let devices = vec![d.device.clone(); 2];
+                losses(&run_data_parallel(&config, devices, &quiet(None)).expect("trains"))
+            };
+            assert_eq!(twice(), twice());
+
+            let mut config = tiny(d, TaskKind::Copy, 2);
+            config.batch_size = 2;
+            config.device = [d.name; 3].join(",");
+            let err = run(&config, &quiet(None)).expect_err("3 replicas, 2 sequences");
+            let message = err.to_string();
+            assert!(
+                message.contains("batch_size 2") && message.contains("3 devices"),
+                "{message}"
+            );
+            config.device = format!("{},", d.name);
+            let err = run(&config, &quiet(None)).expect_err("an empty entry");
+            assert!(err.to_string().contains("empty entry"), "{err}");
         });
     }
 
