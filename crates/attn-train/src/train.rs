@@ -43,13 +43,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::loss::CrossEntropyLoss;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::{
     AdamConfig, AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer,
 };
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use serde::Serialize;
 
 use crate::checkpoint::{self, TrainState};
@@ -646,25 +646,36 @@ pub fn update_data_parallel(
         Ok(Some((loss, grads)))
     };
     let gather = || -> Vec<Result<Option<(f64, GradientsParams)>, TrainError>> {
+        let n = devices.len();
         if !concurrent {
-            (0..devices.len()).map(share_job).collect()
-        } else if devices.iter().all(attn_core::native_serves) {
+            return (0..n).map(share_job).collect();
+        }
+        let mut results = Vec::with_capacity(n);
+        // burn draws a parameter's initial value lazily, at its first use, from the backend's
+        // global generator, so one device's first forward pass draws them in the order it uses
+        // them. Until all are drawn, share 0 runs alone: the replicas then fork the weights one
+        // device would have had, whatever the threads' timing.
+        if !all_drawn(&model) {
+            results.push(share_job(0));
+        }
+        let rest = results.len()..n;
+        if devices.iter().all(attn_core::native_serves) {
             use rayon::prelude::*;
-            (0..devices.len()).into_par_iter().map(share_job).collect()
+            results.par_extend(rest.into_par_iter().map(share_job));
         } else {
             std::thread::scope(|scope| {
-                let others: Vec<_> = (1..devices.len())
-                    .map(|r| scope.spawn(move || share_job(r)))
-                    .collect();
-                std::iter::once(share_job(0))
-                    .chain(others.into_iter().map(|handle| {
-                        handle
-                            .join()
-                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                    }))
-                    .collect()
-            })
+                let mut rest = rest;
+                let here = rest.next(); // runs on this thread, the rest on their own
+                let others: Vec<_> = rest.map(|r| scope.spawn(move || share_job(r))).collect();
+                results.extend(here.map(share_job));
+                results.extend(others.into_iter().map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                }));
+            });
         }
+        results
     };
     let on_pool = attn_core::native_serves(main);
     let results = if on_pool {
@@ -723,6 +734,20 @@ fn step(
         None => grads,
     };
     optim.step(lr, model, grads)
+}
+
+/// Whether every float parameter of `model` holds its value (none is still lazily waiting for
+/// its first use to be drawn).
+fn all_drawn(model: &Model) -> bool {
+    struct Drawn(bool);
+    impl ModuleVisitor for Drawn {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0 &= param.is_initialized();
+        }
+    }
+    let mut drawn = Drawn(true);
+    model.visit(&mut drawn);
+    drawn.0
 }
 
 /// The positions of `batch` that the loss scores: those whose target is not one of the loss's
