@@ -812,8 +812,8 @@ mod tests {
             assert_eq!(&case.id(pass), id);
         }
         assert!(Case::by_id("attn/nothing/forward").is_err());
-        // Ten cases with both passes; six training, three decoding and one sgemm case with one.
-        assert_eq!(ids.len(), 30);
+        // Ten cases with both passes; seven training, three decoding and one sgemm case with one.
+        assert_eq!(ids.len(), 31);
     }
 
     #[test]

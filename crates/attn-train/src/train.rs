@@ -998,6 +998,7 @@ mod tests {
             // are weighted by their scored positions, and 7 rows split unevenly (4 + 3, 3 + 2 + 2).
             for kind in [TaskKind::Reverse, TaskKind::Add] {
                 let mut config = tiny(d, kind, 6);
+                config.model.pos = PosName::Learned.scheme(config.task.model_seq_len());
                 config.model.dropout = 0.0;
                 config.batch_size = 7;
                 config.eval_every = 2;
