@@ -953,14 +953,7 @@ mod tests {
             assert_eq!(resumed.resumed_from, Some(4));
             assert_eq!(resumed.steps, 8);
 
-            let rows = |s: &RunSummary| {
-                s.history
-                    .rows
-                    .iter()
-                    .map(|r| (r.step, r.train_loss, r.eval_loss, r.eval_token_accuracy))
-                    .collect::<Vec<_>>()
-            };
-            let (a, b) = (rows(&whole), rows(&resumed));
+            let (a, b) = (losses(&whole), losses(&resumed));
             assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
             for (x, y) in a.iter().zip(&b) {
                 assert_eq!(x.0, y.0);
