@@ -930,45 +930,50 @@ mod tests {
     fn resumed_run_ends_like_an_unbroken_one() {
         let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
         for_each_device(|d| {
-            let mut config = tiny(d, TaskKind::Reverse, 8);
+            let mut config = tiny(d, TaskKind::Reverse, 8); // with dropout
             config.eval_every = 4;
             config.checkpoint_every = 4;
+            // One device, and two replicas of it (data-parallel, the shares drawing their
+            // dropout masks one after another).
+            for replicas in [1, 2] {
+                let devices = vec![d.device.clone(); replicas];
+                let whole_dir = temp_out(&format!("whole{replicas}"), d.name);
+                let whole =
+                    run_data_parallel(&config, devices.clone(), &quiet(Some(whole_dir.clone())))
+                        .expect("unbroken run");
 
-            let whole_dir = temp_out("whole", d.name);
-            let whole = run_on(&config, d.device.clone(), &quiet(Some(whole_dir.clone())))
-                .expect("unbroken run");
+                let split_dir = temp_out(&format!("split{replicas}"), d.name);
+                let first = RunOptions {
+                    stop_at: Some(4),
+                    ..quiet(Some(split_dir.clone()))
+                };
+                let half = run_data_parallel(&config, devices.clone(), &first).expect("first half");
+                assert_eq!(half.steps, 4);
+                let second = RunOptions {
+                    resume: true,
+                    ..quiet(Some(split_dir.clone()))
+                };
+                let resumed = run_data_parallel(&config, devices, &second).expect("second half");
+                assert_eq!(resumed.resumed_from, Some(4));
+                assert_eq!(resumed.steps, 8);
 
-            let split_dir = temp_out("split", d.name);
-            let first = RunOptions {
-                stop_at: Some(4),
-                ..quiet(Some(split_dir.clone()))
-            };
-            let half = run_on(&config, d.device.clone(), &first).expect("first half");
-            assert_eq!(half.steps, 4);
-            let second = RunOptions {
-                resume: true,
-                ..quiet(Some(split_dir.clone()))
-            };
-            let resumed = run_on(&config, d.device.clone(), &second).expect("second half");
-            assert_eq!(resumed.resumed_from, Some(4));
-            assert_eq!(resumed.steps, 8);
-
-            let (a, b) = (losses(&whole), losses(&resumed));
-            assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
-            for (x, y) in a.iter().zip(&b) {
-                assert_eq!(x.0, y.0);
-                assert!(
-                    (x.1 - y.1).abs() < 1e-5 && (x.2 - y.2).abs() < 1e-5,
-                    "{x:?} vs {y:?}"
-                );
-                assert_eq!(x.3, y.3);
-            }
-            // The run really moved between the halves, so equality is not trivial.
-            assert_ne!(a[0].2, a[1].2);
-            let csv = MetricsLog::read_csv(&split_dir.join(METRICS_FILE)).expect("metrics.csv");
-            assert_eq!(csv.rows.len(), 2);
-            for dir in [whole_dir, split_dir] {
-                std::fs::remove_dir_all(dir).expect("cleanup");
+                let (a, b) = (losses(&whole), losses(&resumed));
+                assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+                for (x, y) in a.iter().zip(&b) {
+                    assert_eq!(x.0, y.0);
+                    assert!(
+                        (x.1 - y.1).abs() < 1e-5 && (x.2 - y.2).abs() < 1e-5,
+                        "{replicas} replicas: {x:?} vs {y:?}"
+                    );
+                    assert_eq!(x.3, y.3);
+                }
+                // The run really moved between the halves, so equality is not trivial.
+                assert_ne!(a[0].2, a[1].2);
+                let csv = MetricsLog::read_csv(&split_dir.join(METRICS_FILE)).expect("metrics.csv");
+                assert_eq!(csv.rows.len(), 2);
+                for dir in [whole_dir, split_dir] {
+                    std::fs::remove_dir_all(dir).expect("cleanup");
+                }
             }
         });
     }
