@@ -323,7 +323,7 @@ pub fn run_data_parallel(
     }
     let started = Instant::now();
     let task = &config.task;
-    let train_device = device.clone().autodiff();
+    let train_device = replica_devices[0].clone(); // holds the model and the optimizer
     let loss_fn = loss_function(task, &device);
     let Start {
         mut model,
