@@ -74,6 +74,9 @@ pub enum Workload {
     Attn(Strategy),
     /// `burn::tensor::module::attention` on `[1, 8, s, 64]`.
     BurnAttention,
+    /// The same as [`Workload::Attn`] on one head, `[1, 1, s, 64]`: fewer heads than threads,
+    /// where the native backward cuts each head's keys into tasks of their own.
+    AttnOneHead(Strategy),
     /// `attn_model::MultiHeadAttention` (d_model 512, 8 heads, automatic strategy) on `[1, s, 512]`.
     AttnMha,
     /// `burn::nn::attention::MultiHeadAttention` (d_model 512, 8 heads, no dropout) on `[1, s, 512]`.
@@ -180,6 +183,11 @@ pub const CASES: &[Case] = &[
         implementation: "attn",
         name: "native",
         workload: Workload::Attn(Strategy::Native),
+    },
+    Case {
+        implementation: "attn",
+        name: "native_one_head",
+        workload: Workload::AttnOneHead(Strategy::Native),
     },
     Case {
         implementation: "attn",
@@ -354,6 +362,7 @@ impl Case {
             }
             // One `[s, s]` by `[s, s]` product.
             Workload::Sgemm => [1, 1, seq_len, seq_len],
+            Workload::AttnOneHead(_) => [BATCH, 1, seq_len, D_HEAD],
             // The layer cases' d_model is n_heads · d_head.
             _ => [BATCH, N_HEADS, seq_len, D_HEAD],
         }
@@ -363,7 +372,9 @@ impl Case {
     /// (`attn_core::native_serves`); every other case runs everywhere.
     pub fn runs_on(&self, device: &Device) -> bool {
         match self.workload {
-            Workload::Attn(Strategy::Native) => attn_core::native_serves(device),
+            Workload::Attn(Strategy::Native) | Workload::AttnOneHead(Strategy::Native) => {
+                attn_core::native_serves(device)
+            }
             _ => true,
         }
     }
@@ -381,6 +392,7 @@ impl Case {
             // 2·s³: a multiply and an add for each of s² outputs over s terms.
             Workload::Sgemm => 2.0 * seq_len.powi(3),
             Workload::Attn(_) | Workload::BurnAttention => attention,
+            Workload::AttnOneHead(_) => attention / N_HEADS as f64,
             Workload::AttnMha | Workload::BurnMha => attention + projections,
             Workload::AttnEncoderBlock | Workload::BurnEncoderBlock => {
                 attention + projections + feed_forward
@@ -423,9 +435,9 @@ impl Case {
         device.seed(SEED);
         let normal = Distribution::Normal(0.0, 1.0);
         match self.workload {
-            Workload::Attn(_) | Workload::BurnAttention => {
+            Workload::Attn(_) | Workload::BurnAttention | Workload::AttnOneHead(_) => {
                 let workload = self.workload;
-                let shape = [BATCH, N_HEADS, seq_len, D_HEAD];
+                let shape = self.dims(seq_len);
                 let input = || Tensor::<4>::random(shape, normal, &device); // [batch, n_heads, seq_len, d_head]
                 let (q, k, v) = (input(), input(), input());
                 Ok(match pass {
@@ -782,7 +794,7 @@ fn layer(workload: Workload, device: &Device) -> Result<Layer> {
 /// that cannot serve the device or the pass is an error, which the case's line reports.
 fn attend(workload: Workload, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Result<Tensor<4>> {
     Ok(match workload {
-        Workload::Attn(strategy) => {
+        Workload::Attn(strategy) | Workload::AttnOneHead(strategy) => {
             let options = AttentionOptions::new().with_strategy(strategy);
             try_scaled_dot_product_attention(q, k, v, &options)
                 .with_context(|| format!("attention with {strategy:?}"))?
@@ -812,8 +824,9 @@ mod tests {
             assert_eq!(&case.id(pass), id);
         }
         assert!(Case::by_id("attn/nothing/forward").is_err());
-        // Ten cases with both passes; seven training, three decoding and one sgemm case with one.
-        assert_eq!(ids.len(), 31);
+        // Eleven cases with both passes; seven training, three decoding and one sgemm case with
+        // one.
+        assert_eq!(ids.len(), 33);
     }
 
     #[test]
@@ -833,6 +846,9 @@ mod tests {
         // 4 · batch 1 · 8 heads · 5² · 64.
         assert_eq!(attention.flops(Pass::Forward, 5), Some(51_200.0));
         assert_eq!(attention.flops(Pass::ForwardBackward, 5), Some(153_600.0));
+        let (one_head, _) = Case::by_id("attn/native_one_head/forward").expect("listed");
+        assert_eq!(one_head.dims(5), [1, 1, 5, 64]);
+        assert_eq!(one_head.flops(Pass::Forward, 5), Some(6_400.0));
         let (mha, _) = Case::by_id("burn/mha/forward").expect("listed");
         // Attention plus four [5, 512]·[512, 512] projections.
         assert_eq!(

@@ -1,5 +1,5 @@
 //! The machine a figure comes from: the CPU model, the x86 instruction sets this process can
-//! use that the kernels here pick between, and the worker threads.
+//! use that the kernels here pick between, the worker threads and the L2 cache per core.
 //! Every JSON line carries them, so a speed ratio always names its processor.
 
 use std::sync::OnceLock;
@@ -36,6 +36,9 @@ pub struct Machine {
     pub cpu_features: Vec<String>,
     /// Worker threads of the CPU backends.
     pub threads: usize,
+    /// The L2 cache of one core in KiB, where the processor says (the native kernels' block
+    /// sizes follow it: `attn_core::CpuCaches`).
+    pub l2_kib: Option<usize>,
 }
 
 impl Machine {
@@ -48,6 +51,7 @@ impl Machine {
                 cpu: cpu_model(&cpuinfo).unwrap_or_else(|| UNKNOWN_CPU.to_string()),
                 cpu_features: cpu_features(&cpuinfo),
                 threads: threads(),
+                l2_kib: attn_core::CpuCaches::detected().map(|c| c.l2 >> 10),
             }
         })
     }

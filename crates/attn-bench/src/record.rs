@@ -39,6 +39,10 @@ pub struct Record {
     /// x86 instruction sets the process could use, of [`crate::machine::X86_FEATURES`].
     #[serde(default)]
     pub cpu_features: Vec<String>,
+    /// The L2 cache of one core in KiB, where known (lines from before it was recorded have
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_kib: Option<usize>,
     /// Timed runs after the warm-up.
     pub reps: usize,
     /// Median time of the timed runs.
@@ -95,6 +99,7 @@ impl Record {
             threads: machine.threads,
             cpu: machine.cpu.clone(),
             cpu_features: machine.cpu_features.clone(),
+            l2_kib: machine.l2_kib,
             reps: 0,
             median_ms: None,
             min_ms: None,

@@ -98,7 +98,9 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
     writeln!(out, "### {}\n", machine.cpu)?;
     let mut features: Vec<&str> = Vec::new();
     let mut threads: Vec<usize> = Vec::new();
+    let mut l2_kib: Vec<usize> = Vec::new();
     for r in &machine.records {
+        l2_kib.extend(r.l2_kib);
         for f in &r.cpu_features {
             if !features.contains(&f.as_str()) {
                 features.push(f);
@@ -108,6 +110,14 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
     }
     threads.sort_unstable();
     threads.dedup();
+    l2_kib.sort_unstable();
+    l2_kib.dedup();
+    let l2 = if l2_kib.is_empty() {
+        String::new()
+    } else {
+        let sizes: Vec<String> = l2_kib.iter().map(|k| format!("{k} KiB")).collect();
+        format!("; L2 per core: {}", sizes.join(", "))
+    };
     let features = if features.is_empty() {
         "none recorded".to_string()
     } else {
@@ -116,7 +126,7 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
     let threads: Vec<String> = threads.iter().map(usize::to_string).collect();
     writeln!(
         out,
-        "Instruction sets: {features}; threads: {}.\n",
+        "Instruction sets: {features}; threads: {}{l2}.\n",
         threads.join(", ")
     )?;
 
@@ -634,6 +644,16 @@ mod tests {
         assert!(report.starts_with("### unknown machine\n"), "{report}");
         assert!(report.contains("Instruction sets: none recorded; threads: 2."));
         assert!(report.contains("| 1.50× | 1.50× |"), "{report}");
+        // A line that records its L2 cache names it in its machine's heading.
+        let newer = Record {
+            l2_kib: Some(1024),
+            ..line("attn", "auto", "x", 2.0)
+        };
+        let report = render(&[newer], "flex");
+        assert!(
+            report.contains("; threads: 2; L2 per core: 1024 KiB."),
+            "{report}"
+        );
     }
 
     #[test]

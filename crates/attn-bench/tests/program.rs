@@ -45,8 +45,9 @@ fn json_lines(stdout: &str) -> Vec<Value> {
 fn the_list_has_every_case() {
     let stdout = attn_bench(&["--list"]);
     let ids: Vec<&str> = stdout.lines().collect();
-    assert_eq!(ids.len(), 31, "{stdout}");
+    assert_eq!(ids.len(), 33, "{stdout}");
     assert!(ids.contains(&"attn/train_toy_2replicas/forward_backward"));
+    assert!(ids.contains(&"attn/native_one_head/forward_backward"));
     assert!(ids.contains(&"attn/native/forward_backward"));
     assert!(ids.contains(&"burn/sgemm/forward"));
     for shape in ["toy", "mid", "long"] {
@@ -87,6 +88,9 @@ fn a_timed_line_names_its_machine() {
     );
     assert!(line["cpu_features"].is_array(), "{line}");
     assert!(line["threads"].as_u64().is_some_and(|n| n >= 1), "{line}");
+    // The L2 cache the native kernels' blocks follow, wherever the processor states it.
+    let l2 = attn_core::CpuCaches::detected().map(|c| (c.l2 >> 10) as u64);
+    assert_eq!(line.get("l2_kib").and_then(|k| k.as_u64()), l2, "{line}");
 }
 
 #[test]

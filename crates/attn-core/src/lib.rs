@@ -76,7 +76,8 @@ pub use heads::{merge_heads, repeat_kv_heads, split_heads, try_split_heads};
 pub use linear::{LinearOps, linear, linear_serves};
 pub use mask::{causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_mask_from_lengths};
 pub use native::{
-    NativeGradients, NativeOutput, native_attention, native_attention_backward, native_serves,
+    CpuCaches, NativeGradients, NativeOutput, native_attention, native_attention_backward,
+    native_serves,
 };
 pub use norm::{LayerNormOps, layer_norm, layer_norm_serves};
 pub use options::{AttentionOptions, CausalAlignment, Strategy};

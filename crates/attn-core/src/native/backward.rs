@@ -17,8 +17,10 @@
 //! ([`Kernels::accumulate_tile`], through [`Gemm`]), with the operand it streams packed in panels of [`NR`]
 //! columns. `dV_J` and `dK_J` are accumulated transposed (`dV_Jᵀ += dO_Iᵀ · P_IJ`), so the
 //! weights are packed straight from their rows and nothing of size `[BR, BC]` is transposed.
-//! Causal attention skips the blocks above the diagonal. One task per (batch, query head);
-//! heads that share a key/value head add their `dk` and `dv` at the end.
+//! Causal attention skips the blocks above the diagonal. One task per (batch, query head),
+//! or per (batch, query head, range of keys) where that many tasks would leave threads idle
+//! ([`BackwardBlocks`]: the block sizes and the cut come from the machine); heads that share a
+//! key/value head, and the key ranges of one head, add their shares at the end.
 
 use std::cell::RefCell;
 
@@ -27,6 +29,7 @@ use rayon::prelude::*;
 use super::instructions::Instructions;
 use super::problem::{Problem, add_scaled, apply_mask};
 use super::simd::{Gemm, Kernels, MR, NR, Pass};
+use super::tiling::{BackwardBlocks, KEY_STEP};
 
 /// Where a backward pass writes: the gradients of `q`, `k` and `v`, zeroed by the caller.
 ///
@@ -40,20 +43,6 @@ pub(crate) struct Gradients<'a> {
     pub dv: &'a mut [f32],
 }
 
-/// Queries per block: a multiple of [`MR`] (rows of the `S`, `dP` and `dQ` products).
-const BR: usize = 16 * MR;
-/// Keys per block: a multiple of [`NR`] (columns of `S` and `dP`) and of [`MR`].
-const BC: usize = 6 * NR;
-/// Keys are padded to a multiple of this, the least common multiple of [`MR`] and [`NR`]: a
-/// last, shorter block of keys must still fill whole columns of panels and rows of tiles.
-const KEY_STEP: usize = 48;
-const _: () = assert!(
-    BR.is_multiple_of(MR)
-        && KEY_STEP.is_multiple_of(MR)
-        && KEY_STEP.is_multiple_of(NR)
-        && BC.is_multiple_of(KEY_STEP)
-);
-
 /// The gradients of `Σ context ∘ d_context` with respect to `q`, `k` and `v`.
 ///
 /// # Shapes
@@ -66,7 +55,16 @@ pub(crate) fn attention_backward(
     d_context: &[f32],
     grads: Gradients<'_>,
 ) {
-    backward_with(p, context, lse, d_context, grads, Instructions::Best);
+    let blocks = BackwardBlocks::for_problem(p);
+    backward_with(
+        p,
+        context,
+        lse,
+        d_context,
+        grads,
+        Instructions::Best,
+        blocks,
+    );
 }
 
 pub(super) fn backward_with(
@@ -76,6 +74,7 @@ pub(super) fn backward_with(
     d_context: &[f32],
     grads: Gradients<'_>,
     instructions: Instructions,
+    blocks: BackwardBlocks,
 ) {
     assert_eq!(
         p.kv_rows, p.seq_len_kv,
@@ -96,25 +95,29 @@ pub(super) fn backward_with(
         context,
         lse,
         d_context,
+        blocks,
     };
+    let run =
+        |head: usize, keys: (usize, usize), dq: &mut [f32], dk: &mut [f32], dv: &mut [f32]| {
+            WORKSPACE.with_borrow_mut(|workspace| {
+                let mut task = BackwardTask {
+                    inputs: &inputs,
+                    head,
+                    keys,
+                    dq,
+                    dk,
+                    dv,
+                    workspace,
+                };
+                instructions.run(&mut task);
+                if workspace.bytes() > KEEP_BYTES {
+                    *workspace = Workspace::default();
+                }
+            });
+        };
     let group = p.n_heads / p.n_kv_heads;
-    let run = |head: usize, dq: &mut [f32], dk: &mut [f32], dv: &mut [f32]| {
-        WORKSPACE.with_borrow_mut(|workspace| {
-            let mut task = BackwardTask {
-                inputs: &inputs,
-                head,
-                dq,
-                dk,
-                dv,
-                workspace,
-            };
-            instructions.run(&mut task);
-            if workspace.bytes() > KEEP_BYTES {
-                *workspace = Workspace::default();
-            }
-        });
-    };
-    if group == 1 {
+    let ranges: Vec<(usize, usize)> = blocks.key_ranges(seq_len_kv).collect();
+    if group == 1 && ranges.len() == 1 {
         // One task per (batch, head), owning that head's rows of dq, dk and dv.
         grads
             .dq
@@ -122,32 +125,36 @@ pub(super) fn backward_with(
             .zip(grads.dk.par_chunks_mut(seq_len_kv * d_head))
             .zip(grads.dv.par_chunks_mut(seq_len_kv * d_value))
             .enumerate()
-            .for_each(|(head, ((dq, dk), dv))| run(head, dq, dk, dv));
+            .for_each(|(head, ((dq, dk), dv))| run(head, (0, seq_len_kv), dq, dk, dv));
         return;
     }
-    // Grouped heads: one task per (batch, query head), returning its share of dk and dv,
-    // summed below over the heads of a group.
-    let shares: Vec<(Vec<f32>, Vec<f32>)> = grads
-        .dq
-        .par_chunks_mut(seq_len_q * d_head)
-        .enumerate()
-        .map(|(head, dq)| {
-            let (mut dk, mut dv) = (
-                vec![0.0; seq_len_kv * d_head],
-                vec![0.0; seq_len_kv * d_value],
-            );
-            run(head, dq, &mut dk, &mut dv);
-            (dk, dv)
+    // Grouped heads, or heads cut into key ranges: one task per (batch, query head, key range),
+    // returning its share of dq and its keys' share of dk and dv, summed below in task order.
+    let shares: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = (0..p.batch * p.n_heads * ranges.len())
+        .into_par_iter()
+        .map(|task| {
+            let (head, (start, end)) = (task / ranges.len(), ranges[task % ranges.len()]);
+            let mut dq = vec![0.0; seq_len_q * d_head];
+            let mut dk = vec![0.0; (end - start) * d_head];
+            let mut dv = vec![0.0; (end - start) * d_value];
+            run(head, (start, end), &mut dq, &mut dk, &mut dv);
+            (dq, dk, dv)
         })
         .collect();
-    for (head, (dk, dv)) in shares.into_iter().enumerate() {
+    for (task, (dq, dk, dv)) in shares.into_iter().enumerate() {
+        let (head, (start, end)) = (task / ranges.len(), ranges[task % ranges.len()]);
         let kv_head = head / group; // b · n_kv_heads + kv head
         add(
-            &mut grads.dk[kv_head * seq_len_kv * d_head..][..seq_len_kv * d_head],
+            &mut grads.dq[head * seq_len_q * d_head..][..seq_len_q * d_head],
+            &dq,
+        );
+        let rows = kv_head * seq_len_kv + start;
+        add(
+            &mut grads.dk[rows * d_head..][..(end - start) * d_head],
             &dk,
         );
         add(
-            &mut grads.dv[kv_head * seq_len_kv * d_value..][..seq_len_kv * d_value],
+            &mut grads.dv[rows * d_value..][..(end - start) * d_value],
             &dv,
         );
     }
@@ -170,18 +177,22 @@ struct Inputs<'a, 'p> {
     context: &'a [f32],
     lse: &'a [f32],
     d_context: &'a [f32],
+    blocks: BackwardBlocks,
 }
 
-/// The gradients of one (batch, query head).
+/// The gradients of one (batch, query head), from one range of its keys.
 pub(super) struct BackwardTask<'a, 'p> {
     inputs: &'a Inputs<'a, 'p>,
     /// `b · n_heads + h`.
     head: usize,
-    /// `[seq_len_q, d_head]`.
+    /// The keys `[start, end)` this task covers: a multiple of the key block, and the end of
+    /// a block or of the keys.
+    keys: (usize, usize),
+    /// This head's `dq` (or its share from these keys), `[seq_len_q, d_head]`.
     dq: &'a mut [f32],
-    /// This head's `dk` (or its share of its key/value head's), `[seq_len_kv, d_head]`.
+    /// These keys' `dk` (or this head's share of them), `[end − start, d_head]`.
     dk: &'a mut [f32],
-    /// This head's `dv` (or share), `[seq_len_kv, d_value]`.
+    /// These keys' `dv` (or share), `[end − start, d_value]`.
     dv: &'a mut [f32],
     workspace: &'a mut Workspace,
 }
@@ -311,8 +322,14 @@ impl Pass for &mut BackwardTask<'_, '_> {
             context,
             lse,
             d_context,
+            blocks,
         } = *self.inputs;
         let head = self.head;
+        let (key_start, key_end) = self.keys;
+        // Queries per block (a multiple of MR: rows of the S, dP and dQ products) and keys per
+        // block (a multiple of KEY_STEP: columns of S and dP), named as in the papers.
+        #[allow(non_snake_case)]
+        let (BR, BC) = (blocks.queries, blocks.keys);
         let (b, h) = (head / p.n_heads, head % p.n_heads);
         let kv_head = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
         let Problem {
@@ -376,7 +393,13 @@ impl Pass for &mut BackwardTask<'_, '_> {
         let p_panels = zeroed(p_panels, BC * BR);
         let ds_panels = zeroed(ds_panels, BC * BR);
 
-        for j0 in (0..seq_len_kv_padded).step_by(BC) {
+        // The last range runs on into the padding; the others end on a block edge.
+        let blocks_end = if key_end == seq_len_kv {
+            seq_len_kv_padded
+        } else {
+            key_end
+        };
+        for j0 in (key_start..blocks_end).step_by(BC) {
             let bc = BC.min(seq_len_kv_padded - j0);
             let keys = (seq_len_kv - j0).min(bc); // real keys in the block
             for i0 in (0..seq_len_q_mr).step_by(BR) {
@@ -503,13 +526,14 @@ impl Pass for &mut BackwardTask<'_, '_> {
         for (i, row) in self.dq.chunks_exact_mut(d_head).enumerate() {
             row.copy_from_slice(&dq[i * d_head_nr..][..d_head]);
         }
-        for j in 0..seq_len_kv {
+        for j in key_start..key_end {
             let (tile, col) = (j / BC * BC, j % BC);
+            let row = j - key_start;
             for c in 0..d_head {
-                self.dk[j * d_head + c] = dk_t[tile * d_head_mr + c * BC + col];
+                self.dk[row * d_head + c] = dk_t[tile * d_head_mr + c * BC + col];
             }
             for c in 0..d_value {
-                self.dv[j * d_value + c] = dv_t[tile * d_value_mr + c * BC + col];
+                self.dv[row * d_value + c] = dv_t[tile * d_value_mr + c * BC + col];
             }
         }
     }
@@ -600,7 +624,7 @@ mod tests {
         let mut rng = SeededRng::new(23);
         let values =
             |rng: &mut SeededRng, n: usize| -> Vec<f32> { (0..n).map(|_| rng.unit()).collect() };
-        // Lengths on and off the block edges (BR = 96 queries, BC = 96 keys), odd head sizes,
+        // Lengths on and off the block edges (6 to 192 queries, 48 to 192 keys), odd head sizes,
         // grouped heads, a mask, a bias and both causal offsets.
         for (trial, &(seq_len_q, seq_len_kv, d_head, d_value)) in [
             (5, 7, 3, 5),
@@ -647,11 +671,29 @@ mod tests {
             crate::native::forward::attention(&p, &mut context, Some(&mut lse));
             let d_out = values(&mut rng, context.len());
             let expected = reference(&p, &context, &d_out);
-            for instructions in [
+            // The blocks this machine picks; the smallest, one head cut into key ranges of one
+            // block each; and the largest.
+            let blocks = [
+                BackwardBlocks::for_problem(&p),
+                BackwardBlocks {
+                    queries: MR,
+                    keys: KEY_STEP,
+                    key_blocks_per_task: 1,
+                },
+                BackwardBlocks {
+                    queries: 32 * MR,
+                    keys: 4 * KEY_STEP,
+                    key_blocks_per_task: 1,
+                },
+            ];
+            let runs = [
                 Instructions::Best,
                 Instructions::Avx2,
                 Instructions::Portable,
-            ] {
+            ]
+            .into_iter()
+            .flat_map(|instructions| blocks.map(|blocks| (instructions, blocks)));
+            for (instructions, blocks) in runs {
                 let mut dq = vec![0.0; q.len()];
                 let mut dk = vec![0.0; k.len()];
                 let mut dv = vec![0.0; v.len()];
@@ -660,7 +702,7 @@ mod tests {
                     dk: &mut dk,
                     dv: &mut dv,
                 };
-                backward_with(&p, &context, &lse, &d_out, grads, instructions);
+                backward_with(&p, &context, &lse, &d_out, grads, instructions, blocks);
                 for (name, got, want) in [
                     ("dq", &dq, &expected[0]),
                     ("dk", &dk, &expected[1]),
@@ -669,7 +711,7 @@ mod tests {
                     for (x, (&g, &w)) in got.iter().zip(want).enumerate() {
                         assert!(
                             (f64::from(g) - w).abs() <= 1e-4 + 1e-3 * w.abs(),
-                            "trial {trial} {instructions:?} {name}[{x}]: {g} vs {w}"
+                            "trial {trial} {instructions:?} {blocks:?} {name}[{x}]: {g} vs {w}"
                         );
                     }
                 }

@@ -1,8 +1,9 @@
 //! The forward pass on plain `f32` slices: FlashAttention-2's loop order on a CPU.
 //!
-//! One task owns `BLOCK_Q` queries of one head and walks the keys in blocks of `BLOCK_KV`,
-//! keeping a running row maximum `m`, a running denominator `l` and an unnormalised output
-//! `o` (the online softmax of `chunked.rs`, in base 2):
+//! One task owns `BLOCK_Q` queries of one head and walks the keys in blocks of `BLOCK_KV`
+//! (both chosen from the machine's L2 cache and threads: [`ForwardBlocks`]), keeping a running
+//! row maximum `m`, a running denominator `l` and an unnormalised output `o` (the online
+//! softmax of `chunked.rs`, in base 2):
 //!
 //! ```text
 //! s  = (q · scale · log2 e)·kᵀ + bias · log2 e      (masked → −∞)     [BLOCK_Q, BLOCK_KV]
@@ -40,11 +41,7 @@ use rayon::prelude::*;
 use super::instructions::Instructions;
 use super::problem::{Problem, add_scaled, apply_mask};
 use super::simd::{Gemm, Kernels, MR, NR, Pass};
-
-/// Queries per task: a multiple of [`MR`].
-const BLOCK_Q: usize = 16 * MR;
-/// Keys per block: a multiple of [`NR`].
-const BLOCK_KV: usize = 256;
+use super::tiling::ForwardBlocks;
 
 /// Runs attention, writing the context and, when asked for, each row's log-sum-exp.
 ///
@@ -56,7 +53,8 @@ pub(crate) fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut
         problem.kv_rows, problem.seq_len_kv,
         "the forward pass reads whole keys"
     );
-    run_tasks(problem, context, lse, Instructions::Best);
+    let blocks = ForwardBlocks::for_problem(problem);
+    run_tasks(problem, context, lse, Instructions::Best, blocks);
 }
 
 fn run_tasks(
@@ -64,6 +62,7 @@ fn run_tasks(
     context: &mut [f32],
     lse: Option<&mut [f32]>,
     instructions: Instructions,
+    blocks: ForwardBlocks,
 ) {
     assert_eq!(
         context.len(),
@@ -74,6 +73,10 @@ fn run_tasks(
         return;
     }
     let keys = PackedKeys::new(p);
+    let ForwardBlocks {
+        queries: block_q,
+        keys: block_kv,
+    } = blocks;
 
     // One task per (batch, head, block of queries); each owns its rows of the outputs.
     let mut lse_store = Vec::new();
@@ -92,22 +95,23 @@ fn run_tasks(
     let tasks: Vec<_> = head_tasks
         .flat_map(|(head, (context, lse))| {
             context
-                .chunks_mut(BLOCK_Q * p.d_value)
-                .zip(lse.chunks_mut(BLOCK_Q))
+                .chunks_mut(block_q * p.d_value)
+                .zip(lse.chunks_mut(block_q))
                 .enumerate()
-                .map(move |(block, (context, lse))| (head, block * BLOCK_Q, context, lse))
+                .map(move |(block, (context, lse))| (head, block * block_q, context, lse))
         })
         .collect();
     tasks
         .into_par_iter()
         .for_each(|(head, q_start, context, lse)| {
             SCRATCH.with_borrow_mut(|scratch| {
-                scratch.fit(p, &keys);
+                scratch.fit(p, &keys, block_q, block_kv);
                 let task = ForwardTask {
                     p,
                     keys: &keys,
                     head,
                     q_start,
+                    block_kv,
                     scratch,
                     context,
                     lse,
@@ -214,12 +218,12 @@ struct Scratch {
 
 impl Scratch {
     /// Sizes the buffers for `p` (their contents are set before they are read).
-    fn fit(&mut self, p: &Problem, keys: &PackedKeys) {
-        self.q.resize(BLOCK_Q * p.d_head, 0.0);
-        self.s.resize(BLOCK_Q * BLOCK_KV, 0.0);
-        self.o.resize(BLOCK_Q * keys.n_value_panels * NR, 0.0);
-        self.m.resize(BLOCK_Q, 0.0);
-        self.l.resize(BLOCK_Q, 0.0);
+    fn fit(&mut self, p: &Problem, keys: &PackedKeys, block_q: usize, block_kv: usize) {
+        self.q.resize(block_q * p.d_head, 0.0);
+        self.s.resize(block_q * block_kv, 0.0);
+        self.o.resize(block_q * keys.n_value_panels * NR, 0.0);
+        self.m.resize(block_q, 0.0);
+        self.l.resize(block_q, 0.0);
     }
 }
 
@@ -230,6 +234,8 @@ pub(super) struct ForwardTask<'a, 'p> {
     /// `b · n_heads + h`.
     head: usize,
     q_start: usize,
+    /// Keys per block: a multiple of [`NR`].
+    block_kv: usize,
     scratch: &'a mut Scratch,
     /// This block's rows of the context, `[rows, d_value]`.
     context: &'a mut [f32],
@@ -246,6 +252,7 @@ impl Pass for ForwardTask<'_, '_> {
             keys,
             head,
             q_start,
+            block_kv,
             scratch,
             context,
             lse,
@@ -281,8 +288,8 @@ impl Pass for ForwardTask<'_, '_> {
         };
         let s = &mut scratch.s[..];
 
-        for j0 in (0..kv_end).step_by(BLOCK_KV) {
-            let len = BLOCK_KV.min(kv_end - j0);
+        for j0 in (0..kv_end).step_by(block_kv) {
+            let len = block_kv.min(kv_end - j0);
             // The scores' row stride. It is a run-time value on purpose: with a compile-time
             // stride LLVM hoists all MR broadcasts of the p·v micro-kernel ahead of its FMAs
             // and spills accumulators to the stack.
@@ -461,7 +468,8 @@ mod tests {
             let batch = rng.range(1, 2);
             let n_kv_heads = rng.range(1, 2);
             let n_heads = n_kv_heads * rng.range(1, 3);
-            // Lengths that cross the query block (96) and the key block (256), and tiny ones.
+            // Lengths that cross the query blocks (up to 96) and the key blocks (up to 1024), and
+            // tiny ones.
             let seq_len_q = if trial % 3 == 0 {
                 rng.range(1, 7)
             } else {
@@ -506,16 +514,35 @@ mod tests {
                 },
             };
             let (want_context, want_lse) = reference(&problem);
-            for instructions in [
+            // The blocks this machine picks, the smallest the layouts allow, and larger ones.
+            let blocks = [
+                ForwardBlocks::for_problem(&problem),
+                ForwardBlocks {
+                    queries: MR,
+                    keys: NR,
+                },
+                ForwardBlocks {
+                    queries: 2 * MR,
+                    keys: 3 * NR,
+                },
+                ForwardBlocks {
+                    queries: 16 * MR,
+                    keys: 1024,
+                },
+            ];
+            let runs = [
                 Instructions::Best,
                 Instructions::Avx2,
                 Instructions::Portable,
-            ] {
+            ]
+            .into_iter()
+            .flat_map(|instructions| blocks.map(|blocks| (instructions, blocks)));
+            for (instructions, blocks) in runs {
                 let mut context = vec![f32::NAN; want_context.len()];
                 let mut lse = vec![f32::NAN; want_lse.len()];
-                run_tasks(&problem, &mut context, Some(&mut lse), instructions);
+                run_tasks(&problem, &mut context, Some(&mut lse), instructions, blocks);
                 let what = format!(
-                    "trial {trial} ({instructions:?}), scores {scores:?}, d_head {d_head}, d_value {d_value}"
+                    "trial {trial} ({instructions:?}, {blocks:?}), scores {scores:?}, d_head {d_head}, d_value {d_value}"
                 );
                 assert_close_slices(
                     &context,

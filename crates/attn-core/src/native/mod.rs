@@ -23,6 +23,7 @@
 //! forward.rs, backward.rs, decode.rs  the passes (ForwardTask, BackwardTask, DecodeTask)
 //! activation.rs                       an element-wise pass (GPT-2's tanh GELU)
 //! problem.rs                          the inputs as host slices (Problem, Broadcast)
+//! tiling.rs                           block sizes and tasks from the machine (CpuCaches)
 //! instructions.rs                     which instruction set runs a pass (Instructions)
 //! portable.rs, avx2.rs, avx512.rs     the kernels, once per instruction set (with exp.rs)
 //! simd.rs                             the SIMD layer (Kernels, Gemm, MR, NR, Pass, Vectorized)
@@ -46,6 +47,9 @@ mod instructions;
 mod portable;
 mod problem;
 mod simd;
+mod tiling;
+
+pub use tiling::CpuCaches;
 
 use burn::tensor::{Device, Tensor};
 
