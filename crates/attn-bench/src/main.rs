@@ -15,6 +15,7 @@
 //! cargo run --release -p attn-bench -- --list                   # every case id
 //! cargo run --release -p attn-bench -- hf-gpt2 /tmp/gpt2-small   # a Hugging Face GPT-2 folder
 //! cargo run --release -p attn-bench -- report run1.jsonl torch.jsonl --plot docs/img/benchmarks.png
+//! cargo run --release -p attn-bench -- tiling                    # the native kernels' block sizes
 //! ```
 //!
 //! The cases, their shapes and FLOP counts are the catalogue of [`attn_bench::cases`]; how each
@@ -24,6 +25,8 @@
 //! `report` reads JSON lines from several runs (and from `benches/peers/torch_sdpa.py`), groups
 //! them by machine, takes the median of each case's medians, and prints the Markdown tables of
 //! `docs/benchmarks.md`; `--plot` also draws them.
+//! `tiling` times the native kernel with several block sizes against the ones `attn_core`
+//! chooses from this machine's L2 cache, each in a child process (`tiling`).
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
@@ -33,6 +36,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod memory;
 mod plot;
 mod report;
+mod tiling;
 
 use std::path::PathBuf;
 
@@ -81,6 +85,31 @@ enum Sub {
         #[arg(long, value_delimiter = ',', default_value = "flex")]
         device: Vec<String>,
         /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time the native kernel (`attn/native`) with several block sizes against the ones chosen
+    /// from this machine's L2 cache, alternating them round by round, each in a child process
+    /// with `ATTN_NATIVE_TILING` set; print the medians (the fastest in bold).
+    Tiling {
+        /// Candidates, separated by `;`: each `fq,fk,bq,bk[,kb]` as `ATTN_NATIVE_TILING` takes
+        /// it (forward queries and keys, backward queries and keys per block, key blocks per
+        /// backward task) [default: the blocks before they followed the L2, and four others].
+        #[arg(long, value_delimiter = ';')]
+        candidates: Vec<String>,
+        /// Sequence lengths, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "512,2048,4096")]
+        sizes: Vec<usize>,
+        /// Rounds: each runs every candidate once.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// The CPU backend to run on.
+        #[arg(long, default_value = "flex")]
+        device: String,
+        /// Short time budgets in the children (for a check that it works, not for figures).
+        #[arg(long)]
+        quick: bool,
+        /// Print every child's JSON lines (each with its `tiling`) instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -162,6 +191,46 @@ fn main() -> Result<()> {
                         println!("{}", record.to_text());
                     }
                 }
+            }
+            Ok(())
+        }
+        Some(Sub::Tiling {
+            candidates,
+            sizes,
+            rounds,
+            device,
+            quick,
+            json,
+        }) => {
+            let mut tilings = vec![tiling::CHOSEN.to_string()];
+            if candidates.is_empty() {
+                tilings.extend(tiling::DEFAULT_CANDIDATES.iter().map(|c| c.to_string()));
+            } else {
+                tilings.extend(candidates);
+            }
+            let mut records = Vec::new();
+            for round in 1..=rounds {
+                for candidate in &tilings {
+                    eprintln!("round {round}/{rounds}: {candidate}");
+                    let lines = tiling::run_candidate(candidate, &device, &sizes, quick)?;
+                    if json {
+                        for record in &lines {
+                            println!("{}", record.to_json()?);
+                        }
+                    }
+                    records.extend(lines);
+                }
+            }
+            if !json {
+                let machine = attn_bench::machine::Machine::current();
+                let l2 = machine
+                    .l2_kib
+                    .map_or("not stated".to_string(), |k| format!("{k} KiB"));
+                println!(
+                    "{}, {} threads, L2 per core {l2}; attn/native on {device}, median ms of {rounds} rounds\n",
+                    machine.cpu, machine.threads
+                );
+                print!("{}", tiling::table(&records, &tilings));
             }
             Ok(())
         }

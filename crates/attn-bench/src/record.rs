@@ -59,6 +59,10 @@ pub struct Record {
     /// Why the case has no numbers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The native kernels' block sizes the line was measured with (`ATTN_NATIVE_TILING`, or
+    /// `chosen`), on the lines of `attn-bench tiling`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiling: Option<String>,
 }
 
 fn unknown_machine() -> String {
@@ -107,6 +111,7 @@ impl Record {
             peak_rss_mib: None,
             baseline_rss_mib: None,
             error: None,
+            tiling: None,
         }
     }
 

@@ -1,5 +1,5 @@
 //! The `attn-bench` program end to end: the case list, a timed line and a memory line (through
-//! the hidden child subcommand) at a tiny size, and the report of the result files kept in
+//! the hidden child subcommand) at a tiny size, `tiling`'s children, and the report of the result files kept in
 //! `benches/results/`, which must still print the tables of `docs/benchmarks.md`.
 
 use std::path::PathBuf;
@@ -142,4 +142,79 @@ fn the_kept_results_still_print_the_documented_tables() {
         memory.contains("| attn/chunked/forward_backward | flex | 16384 | 334 | 101 | 232 |"),
         "{memory}"
     );
+}
+
+#[test]
+fn tiling_runs_each_candidate_in_its_own_process_and_names_a_bad_one() {
+    let stdout = attn_bench(&[
+        "tiling",
+        "--quick",
+        "--json",
+        "--sizes",
+        "50",
+        "--rounds",
+        "1",
+        "--candidates",
+        "6,16,6,48;12,32,12,48,1",
+    ]);
+    let lines = json_lines(&stdout);
+    let tilings: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["tiling"].as_str().expect("a tiling"),
+                l["pass"].as_str().expect("a pass"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tilings,
+        [
+            ("chosen", "forward"),
+            ("chosen", "forward_backward"),
+            ("6,16,6,48", "forward"),
+            ("6,16,6,48", "forward_backward"),
+            ("12,32,12,48,1", "forward"),
+            ("12,32,12,48,1", "forward_backward"),
+        ],
+        "{stdout}"
+    );
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["case"] == "native" && l["median_ms"].as_f64().is_some_and(|ms| ms > 0.0)),
+        "{stdout}"
+    );
+    // The table marks one fastest time per row.
+    let table = attn_bench(&[
+        "tiling",
+        "--quick",
+        "--sizes",
+        "50",
+        "--rounds",
+        "1",
+        "--candidates",
+        "6,16,6,48",
+    ]);
+    assert!(
+        table.contains("| pass | s | chosen | 6,16,6,48 |"),
+        "{table}"
+    );
+    for pass in ["forward", "forward_backward"] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| {pass} | 50 |")))
+            .unwrap_or_else(|| panic!("no {pass} row in {table}"));
+        assert_eq!(row.matches("**").count(), 2, "{row}");
+    }
+    // A candidate the kernels cannot use is named, with the reason.
+    let output = Command::new(env!("CARGO_BIN_EXE_attn-bench"))
+        .args(["tiling", "--quick", "--sizes", "50", "--rounds", "1"])
+        .args(["--candidates", "96,250,96,96"])
+        .output()
+        .expect("the program starts");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("96,250,96,96"), "{stderr}");
+    assert!(stderr.contains("forward keys is 250"), "{stderr}");
 }
