@@ -201,39 +201,7 @@ fn main() -> Result<()> {
             device,
             quick,
             json,
-        }) => {
-            let mut tilings = vec![tiling::CHOSEN.to_string()];
-            if candidates.is_empty() {
-                tilings.extend(tiling::DEFAULT_CANDIDATES.iter().map(|c| c.to_string()));
-            } else {
-                tilings.extend(candidates);
-            }
-            let mut records = Vec::new();
-            for round in 1..=rounds {
-                for candidate in &tilings {
-                    eprintln!("round {round}/{rounds}: {candidate}");
-                    let lines = tiling::run_candidate(candidate, &device, &sizes, quick)?;
-                    if json {
-                        for record in &lines {
-                            println!("{}", record.to_json()?);
-                        }
-                    }
-                    records.extend(lines);
-                }
-            }
-            if !json {
-                let machine = attn_bench::machine::Machine::current();
-                let l2 = machine
-                    .l2_kib
-                    .map_or("not stated".to_string(), |k| format!("{k} KiB"));
-                println!(
-                    "{}, {} threads, L2 per core {l2}; attn/native on {device}, median ms of {rounds} rounds\n",
-                    machine.cpu, machine.threads
-                );
-                print!("{}", tiling::table(&records, &tilings));
-            }
-            Ok(())
-        }
+        }) => tiling::run(&candidates, &sizes, rounds, &device, quick, json),
         Some(Sub::MemoryCase {
             case,
             device,

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use attn_bench::machine::Machine;
 use attn_bench::record::Record;
 use attn_bench::timing::median;
 
@@ -28,6 +29,49 @@ pub const DEFAULT_CANDIDATES: &[&str] = &[
 
 /// The label of the machine's own choice (no `ATTN_NATIVE_TILING`).
 pub const CHOSEN: &str = "chosen";
+
+/// Runs `rounds` rounds of the machine's choice and every candidate (the default ones where
+/// `candidates` is empty), then prints the table, or each line as it comes with `json`.
+pub fn run(
+    candidates: &[String],
+    sizes: &[usize],
+    rounds: usize,
+    device: &str,
+    quick: bool,
+    json: bool,
+) -> Result<()> {
+    let mut tilings = vec![CHOSEN.to_string()];
+    if candidates.is_empty() {
+        tilings.extend(DEFAULT_CANDIDATES.iter().map(|c| c.to_string()));
+    } else {
+        tilings.extend(candidates.iter().cloned());
+    }
+    let mut records = Vec::new();
+    for round in 1..=rounds {
+        for candidate in &tilings {
+            eprintln!("round {round}/{rounds}: {candidate}");
+            let lines = run_candidate(candidate, device, sizes, quick)?;
+            if json {
+                for record in &lines {
+                    println!("{}", record.to_json()?);
+                }
+            }
+            records.extend(lines);
+        }
+    }
+    if !json {
+        let machine = Machine::current();
+        let l2 = machine
+            .l2_kib
+            .map_or("not stated".to_string(), |k| format!("{k} KiB"));
+        println!(
+            "{}, {} threads, L2 per core {l2}; attn/native on {device}, median ms of {rounds} rounds\n",
+            machine.cpu, machine.threads
+        );
+        print!("{}", table(&records, &tilings));
+    }
+    Ok(())
+}
 
 /// One candidate's lines, labelled with its `tiling`.
 pub fn run_candidate(

@@ -38,6 +38,7 @@ use rayon::prelude::*;
 use super::instructions::Instructions;
 use super::problem::{Problem, add_scaled, apply_mask};
 use super::simd::{Kernels, Pass};
+use super::tiling::TASKS_PER_THREAD;
 
 /// The most queries per (batch, head) the decode pass is built for: its scratch holds a
 /// `[rows, chunk]` block of scores per task, and past a few queries the forward pass's
@@ -48,8 +49,6 @@ pub(crate) const DECODE_MAX_QUERIES: usize = 16;
 const MIN_CHUNK: usize = 64;
 /// The most keys per chunk: the `[rows, chunk]` scores of a task stay in L1/L2.
 const MAX_CHUNK: usize = 1024;
-/// Tasks per rayon thread to aim for, so that uneven chunks (causal ones) still balance.
-const TASKS_PER_THREAD: usize = 4;
 /// Independent accumulators of the dot products: one 16-wide or two 8-wide vectors.
 const LANES: usize = 16;
 

@@ -124,7 +124,7 @@ const FORWARD_QUERIES: usize = 16 * MR;
 const BACKWARD_BLOCKS: [(usize, usize); 2] = [(32 * MR, 2 * KEY_STEP), (16 * MR, 2 * KEY_STEP)];
 /// Tasks per thread a pass aims for, so that uneven tasks (causal rows, the last block) still
 /// end close together.
-const TASKS_PER_THREAD: usize = 4;
+pub(super) const TASKS_PER_THREAD: usize = 4;
 
 /// The shape facts block sizes are chosen from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,7 +167,7 @@ impl Machine {
 }
 
 impl ForwardBlocks {
-    /// The blocks for `shape` on `machine` (or `ATTN_NATIVE_TILING`'s).
+    /// The blocks for `p` on this machine (or `ATTN_NATIVE_TILING`'s).
     pub fn for_problem(p: &Problem) -> ForwardBlocks {
         let mut blocks = Self::choose(Shape::of(p), Machine::current());
         if let Some(o) = overridden() {
@@ -177,6 +177,7 @@ impl ForwardBlocks {
         blocks
     }
 
+    /// The blocks for `shape` on `machine`: see the module's text.
     pub fn choose(shape: Shape, machine: Machine) -> ForwardBlocks {
         let dv = shape.d_value.next_multiple_of(NR);
         let queries = query_block(shape, machine.threads);
@@ -202,25 +203,21 @@ fn query_block(shape: Shape, threads: usize) -> usize {
 }
 
 impl BackwardBlocks {
-    /// The blocks for `shape` on `machine` (or `ATTN_NATIVE_TILING`'s).
+    /// The blocks for `p` on this machine (or `ATTN_NATIVE_TILING`'s).
     pub fn for_problem(p: &Problem) -> BackwardBlocks {
-        let shape = Shape::of(p);
-        let machine = Machine::current();
-        match overridden() {
-            Some(o) => {
-                let (queries, keys) = (o.backward_queries, o.backward_keys);
-                BackwardBlocks {
-                    queries,
-                    keys,
-                    key_blocks_per_task: o
-                        .key_blocks_per_task
-                        .unwrap_or_else(|| key_blocks_per_task(shape, keys, machine.threads)),
-                }
-            }
-            None => Self::choose(shape, machine),
+        let (shape, machine) = (Shape::of(p), Machine::current());
+        let mut blocks = Self::choose(shape, machine);
+        if let Some(o) = overridden() {
+            blocks.queries = o.backward_queries;
+            blocks.keys = o.backward_keys;
+            blocks.key_blocks_per_task = o
+                .key_blocks_per_task
+                .unwrap_or_else(|| key_blocks_per_task(shape, blocks.keys, machine.threads));
         }
+        blocks
     }
 
+    /// The blocks for `shape` on `machine`: see the module's text.
     pub fn choose(shape: Shape, machine: Machine) -> BackwardBlocks {
         let width = shape.d_head + shape.d_value;
         let bytes = |(queries, keys): (usize, usize)| 4 * (4 * queries * keys + 2 * keys * width);
