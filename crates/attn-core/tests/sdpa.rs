@@ -211,6 +211,58 @@ fn reference_gradients_match_pytorch_on_every_strategy() {
     });
 }
 
+/// `x`, `[batch, heads, rows, width]`, as heads split off a projection hold it: the values
+/// laid out `[batch, rows, heads, width]`, seen with the middle axes swapped (a strided view;
+/// flex's native kernels read it in place).
+fn token_major(x: Tensor<4>) -> Tensor<4> {
+    let device = x.device();
+    let values = x.swap_dims(1, 2).into_data(); // [batch, rows, heads, width], row-major
+    Tensor::<4>::from_data(values, &device).swap_dims(1, 2) // [batch, heads, rows, width], strided
+}
+
+#[test]
+fn reference_gradients_match_pytorch_through_the_native_operation_on_token_major_views() {
+    let file: SdpaFile = load_reference("sdpa.json");
+    for_each_device(|d| {
+        if !native_serves(&d.device) {
+            return;
+        }
+        for case in file.cases.iter().filter(|c| c.grad_out.is_some()) {
+            let what = format!("{} / {} / token-major", d.name, case.name);
+            let device = d.device.clone().autodiff();
+            let options = case.options(&device).with_strategy(Strategy::Native);
+            let [q, k, v] = [&case.q, &case.k, &case.v].map(|t| {
+                token_major(t.tensor::<4>(&d.device).to_device(&device).autodiff()).require_grad()
+            });
+            let grad_out = case
+                .grad_out
+                .as_ref()
+                .expect("filtered")
+                .tensor::<4>(&d.device);
+            let grad_out = grad_out.to_device(&device).autodiff();
+            let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &options);
+            assert_eq!(out.route, Route::NativeOperation, "{what}");
+            assert_close(
+                out.context.clone(),
+                &case.out,
+                ATOL,
+                RTOL,
+                &format!("{what}: context"),
+            );
+            // Through the heads' merge, as in multi-head attention: the gradient of the
+            // context reaches the operation token-major too.
+            let merged = out.context.swap_dims(1, 2) * grad_out.swap_dims(1, 2);
+            let grads = merged.sum().backward();
+            let expected = [&case.grad_q, &case.grad_k, &case.grad_v];
+            for ((t, want), name) in [q, k, v].iter().zip(expected).zip(["q", "k", "v"]) {
+                let got = t.grad(&grads).expect("input requires grad");
+                let want = want.as_ref().expect("case carries gradients");
+                assert_close(got, want, ATOL, RTOL, &format!("{what}: grad_{name}"));
+            }
+        }
+    });
+}
+
 /// The gradients of `sum(out * grad_out)` from the native kernel's own backward pass.
 fn native_gradients(
     q: Tensor<4>,

@@ -194,17 +194,20 @@ impl FlashAttentionOps for burn::backend::Flex {
         d_context: FloatTensor<Self>,
         params: FlashParams,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        use crate::native::host::flex_floats;
+        use crate::native::host::{flex_floats, flex_rows};
         match params.kernel {
             FlashKernel::Native => {
                 let (mask, bias) = (mask.into_option(), bias.into_option());
                 let host = HostInputs::from_flex([&q, &k, &v], mask, bias);
-                let [context, lse, d_context] = [&context, &lse, &d_context].map(flex_floats);
+                // `d_context` arrives as the heads were merged: strided, read in place.
+                let [context, d_context] = [&context, &d_context].map(flex_rows);
+                let lse = flex_floats(&lse);
                 host.backward_primitives::<Self>(
                     &q,
                     params.scale,
                     params.causal_offset,
-                    [&context, &lse, &d_context],
+                    [context.rows(), d_context.rows()],
+                    &lse,
                 )
             }
             FlashKernel::Blocks => {
@@ -321,15 +324,22 @@ fn native_backward<B: Backend>(
     outputs: [FloatTensor<B>; 3],
     params: FlashParams,
 ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
-    use crate::native::host::{f32_vec, read_float};
+    use crate::native::host::{HostRows, f32_vec, read_float};
+    use burn::backend::TensorMetadata;
     let (mask, bias) = (mask.into_option(), bias.into_option());
     let host = HostInputs::from_primitives::<B>(q.clone(), k, v, mask, bias);
-    let [context, lse, d_context] = outputs.map(|t| f32_vec(read_float::<B>(t)));
+    let [context, lse, d_context] = outputs;
+    let lse = f32_vec(read_float::<B>(lse));
+    let [context, d_context] = [context, d_context].map(|t| {
+        let dims = t.shape().as_slice().try_into().expect("four dimensions");
+        HostRows::row_major(f32_vec(read_float::<B>(t)).into(), dims)
+    });
     host.backward_primitives::<B>(
         &q,
         params.scale,
         params.causal_offset,
-        [&context, &lse, &d_context],
+        [context.rows(), d_context.rows()],
+        &lse,
     )
 }
 

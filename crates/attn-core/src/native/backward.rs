@@ -27,7 +27,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::instructions::Instructions;
-use super::problem::{Problem, add_scaled, apply_mask};
+use super::problem::{Problem, Rows, add_scaled, apply_mask};
 use super::simd::{Gemm, Kernels, MR, NR, Pass};
 use super::tiling::{BackwardBlocks, KEY_STEP};
 
@@ -50,9 +50,9 @@ pub(crate) struct Gradients<'a> {
 /// - `lse`: `[batch, n_heads, seq_len_q]`, `−∞` for rows whose keys are all masked
 pub(crate) fn attention_backward(
     p: &Problem,
-    context: &[f32],
+    context: Rows<'_>,
     lse: &[f32],
-    d_context: &[f32],
+    d_context: Rows<'_>,
     grads: Gradients<'_>,
 ) {
     let blocks = BackwardBlocks::for_problem(p);
@@ -69,17 +69,13 @@ pub(crate) fn attention_backward(
 
 pub(super) fn backward_with(
     p: &Problem,
-    context: &[f32],
+    context: Rows<'_>,
     lse: &[f32],
-    d_context: &[f32],
+    d_context: Rows<'_>,
     grads: Gradients<'_>,
     instructions: Instructions,
     blocks: BackwardBlocks,
 ) {
-    assert_eq!(
-        p.kv_rows, p.seq_len_kv,
-        "the backward pass reads whole keys"
-    );
     let Problem {
         seq_len_q,
         seq_len_kv,
@@ -174,9 +170,9 @@ fn add(out: &mut [f32], x: &[f32]) {
 /// What every task reads.
 struct Inputs<'a, 'p> {
     p: &'a Problem<'p>,
-    context: &'a [f32],
+    context: Rows<'a>,
     lse: &'a [f32],
-    d_context: &'a [f32],
+    d_context: Rows<'a>,
     blocks: BackwardBlocks,
 }
 
@@ -269,8 +265,16 @@ fn zeroed(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
 }
 
 /// Copies `rows` (`n` rows of `width`) into `[n_p, width]` (zeros past `n`).
-fn padded_rows(out: &mut Vec<f32>, rows: &[f32], width: usize, n_p: usize) {
-    zeroed(out, n_p * width)[..rows.len()].copy_from_slice(rows);
+fn padded_rows<'a>(
+    out: &mut Vec<f32>,
+    rows: impl Iterator<Item = &'a [f32]>,
+    width: usize,
+    n_p: usize,
+) {
+    let out = zeroed(out, n_p * width);
+    for (row, dst) in rows.zip(out.chunks_exact_mut(width.max(1))) {
+        dst.copy_from_slice(row);
+    }
 }
 
 /// `rows` (`n` rows of `width`) transposed block by block: `[n_blocks][width_p][block]`,
@@ -279,10 +283,15 @@ fn padded_rows(out: &mut Vec<f32>, rows: &[f32], width: usize, n_p: usize) {
 /// Short row strides keep the micro-kernel's six rows of `a` and of `c` off the same cache
 /// sets: a stride of `seq_len` floats, a power of two in the usual cases, would map them all
 /// to one set of L1.
-fn transposed_blocks(out: &mut Vec<f32>, rows: &[f32], width: usize, width_p: usize, block: usize) {
-    let n_blocks = (rows.len() / width.max(1)).div_ceil(block);
+fn transposed_blocks<'a>(
+    out: &mut Vec<f32>,
+    rows: impl ExactSizeIterator<Item = &'a [f32]>,
+    width_p: usize,
+    block: usize,
+) {
+    let n_blocks = rows.len().div_ceil(block);
     let out = zeroed(out, n_blocks * width_p * block);
-    for (r, row) in rows.chunks_exact(width).enumerate() {
+    for (r, row) in rows.enumerate() {
         let tile = &mut out[(r / block) * width_p * block..];
         for (c, &x) in row.iter().enumerate() {
             tile[c * block + r % block] = x;
@@ -292,9 +301,14 @@ fn transposed_blocks(out: &mut Vec<f32>, rows: &[f32], width: usize, width_p: us
 
 /// `rows` (`n` rows of `width`) as `[n_p / NR][width][NR]`: panel `t` holds rows
 /// `t·NR..(t+1)·NR` as columns (zeros past `n`).
-fn row_panels(out: &mut Vec<f32>, rows: &[f32], width: usize, n_p: usize) {
+fn row_panels<'a>(
+    out: &mut Vec<f32>,
+    rows: impl Iterator<Item = &'a [f32]>,
+    width: usize,
+    n_p: usize,
+) {
     let out = zeroed(out, n_p * width);
-    for (r, row) in rows.chunks_exact(width).enumerate() {
+    for (r, row) in rows.enumerate() {
         let panel = &mut out[(r / NR) * width * NR..];
         for (c, &x) in row.iter().enumerate() {
             panel[c * NR + r % NR] = x;
@@ -304,9 +318,14 @@ fn row_panels(out: &mut Vec<f32>, rows: &[f32], width: usize, n_p: usize) {
 
 /// `rows` (`n` rows of `width`) as `[width_p / NR][n_p][NR]`: panel `t` holds columns
 /// `t·NR..(t+1)·NR` of every row (zeros past the edges).
-fn column_panels(out: &mut Vec<f32>, rows: &[f32], width: usize, width_p: usize, n_p: usize) {
+fn column_panels<'a>(
+    out: &mut Vec<f32>,
+    rows: impl Iterator<Item = &'a [f32]>,
+    width_p: usize,
+    n_p: usize,
+) {
     let out = zeroed(out, width_p * n_p);
-    for (r, row) in rows.chunks_exact(width).enumerate() {
+    for (r, row) in rows.enumerate() {
         for (c, &x) in row.iter().enumerate() {
             out[((c / NR) * n_p + r) * NR + c % NR] = x;
         }
@@ -348,11 +367,11 @@ impl Pass for &mut BackwardTask<'_, '_> {
         let d_head_nr = d_head.next_multiple_of(NR);
         let to_base_2 = std::f32::consts::LOG2_E;
 
-        let q = &p.q[head * seq_len_q * d_head..][..seq_len_q * d_head];
-        let k = &p.k[kv_head * seq_len_kv * d_head..][..seq_len_kv * d_head];
-        let v = &p.v[kv_head * seq_len_kv * d_value..][..seq_len_kv * d_value];
-        let d_out = &d_context[head * seq_len_q * d_value..][..seq_len_q * d_value];
-        let out = &context[head * seq_len_q * d_value..][..seq_len_q * d_value];
+        let q = p.q.head(head).range(0, seq_len_q);
+        let k = p.k.head(kv_head).range(0, seq_len_kv);
+        let v = p.v.head(kv_head).range(0, seq_len_kv);
+        let d_out = d_context.head(head).range(0, seq_len_q);
+        let out = context.head(head).range(0, seq_len_q);
         let lse = &lse[head * seq_len_q..][..seq_len_q];
         let Workspace {
             q: q_rows,
@@ -370,17 +389,16 @@ impl Pass for &mut BackwardTask<'_, '_> {
             p_panels,
             ds_panels,
         } = &mut *self.workspace;
-        padded_rows(q_rows, q, d_head, seq_len_q_mr);
-        transposed_blocks(q_t, q, d_head, d_head_mr, BR);
-        padded_rows(d_out_rows, d_out, d_value, seq_len_q_mr);
-        transposed_blocks(d_out_t, d_out, d_value, d_value_mr, BR);
-        row_panels(k_t_panels, k, d_head, seq_len_kv_padded);
+        padded_rows(q_rows, q.clone(), d_head, seq_len_q_mr);
+        transposed_blocks(q_t, q, d_head_mr, BR);
+        padded_rows(d_out_rows, d_out.clone(), d_value, seq_len_q_mr);
+        transposed_blocks(d_out_t, d_out.clone(), d_value_mr, BR);
+        row_panels(k_t_panels, k.clone(), d_head, seq_len_kv_padded);
         row_panels(v_t_panels, v, d_value, seq_len_kv_padded);
-        column_panels(k_panels, k, d_head, d_head_nr, seq_len_kv_padded);
+        column_panels(k_panels, k, d_head_nr, seq_len_kv_padded);
         // D_i = do_i · o_i; lse in base 2.
         let d: Vec<f32> = d_out
-            .chunks_exact(d_value)
-            .zip(out.chunks_exact(d_value))
+            .zip(out)
             .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
             .collect();
         let lse_2: Vec<f32> = lse.iter().map(|&l| l * to_base_2).collect();
@@ -542,7 +560,7 @@ impl Pass for &mut BackwardTask<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::problem::Broadcast;
+    use crate::native::problem::{Broadcast, TokenMajor};
     use attn_testing::SeededRng;
 
     /// The gradients by the definition, one weight at a time, in `f64`.
@@ -570,8 +588,8 @@ mod tests {
                         }
                         let dot: f64 = (0..d_head)
                             .map(|c| {
-                                f64::from(p.q[(head * seq_len_q + i) * d_head + c])
-                                    * f64::from(p.k[(kv_head * seq_len_kv + j) * d_head + c])
+                                f64::from(p.q.head(head).row(i)[c])
+                                    * f64::from(p.k.head(kv_head).row(j)[c])
                             })
                             .sum();
                         Some(
@@ -597,8 +615,7 @@ mod tests {
                         let w = (s - max).exp() / total;
                         let dp: f64 = (0..d_value)
                             .map(|c| {
-                                f64::from(d_out[row + c])
-                                    * f64::from(p.v[(kv_head * seq_len_kv + j) * d_value + c])
+                                f64::from(d_out[row + c]) * f64::from(p.v.head(kv_head).row(j)[c])
                             })
                             .sum();
                         let ds = w * (dp - d_i) * f64::from(p.scale);
@@ -608,9 +625,9 @@ mod tests {
                         }
                         for c in 0..d_head {
                             dq[(head * seq_len_q + i) * d_head + c] +=
-                                ds * f64::from(p.k[(kv_head * seq_len_kv + j) * d_head + c]);
+                                ds * f64::from(p.k.head(kv_head).row(j)[c]);
                             dk[(kv_head * seq_len_kv + j) * d_head + c] +=
-                                ds * f64::from(p.q[(head * seq_len_q + i) * d_head + c]);
+                                ds * f64::from(p.q.head(head).row(i)[c]);
                         }
                     }
                 }
@@ -649,16 +666,18 @@ mod tests {
                 1 => Some(0),
                 _ => Some(seq_len_kv as i64 - seq_len_q as i64),
             };
+            let q_dims = [batch, n_heads, seq_len_q, d_head];
+            let k_dims = [batch, n_kv_heads, seq_len_kv, d_head];
+            let v_dims = [batch, n_kv_heads, seq_len_kv, d_value];
             let p = Problem {
-                q: &q,
-                k: &k,
-                v: &v,
+                q: Rows::row_major(&q, q_dims),
+                k: Rows::row_major(&k, k_dims),
+                v: Rows::row_major(&v, v_dims),
                 batch,
                 n_heads,
                 n_kv_heads,
                 seq_len_q,
                 seq_len_kv,
-                kv_rows: seq_len_kv,
                 d_head,
                 d_value,
                 scale: 0.4,
@@ -671,6 +690,17 @@ mod tests {
             crate::native::forward::attention(&p, &mut context, Some(&mut lse));
             let d_out = values(&mut rng, context.len());
             let expected = reference(&p, &context, &d_out);
+            // The same inputs (and `d_context`) token-major, as heads split off a projection
+            // are read in place, with a gap after each row.
+            let out_dims = [batch, n_heads, seq_len_q, d_value];
+            let scattered = [(&q, q_dims), (&k, k_dims), (&v, v_dims), (&d_out, out_dims)]
+                .map(|(values, dims)| TokenMajor::new(values, dims, 1 + trial % 2));
+            let token_major_problem = Problem {
+                q: scattered[0].rows(),
+                k: scattered[1].rows(),
+                v: scattered[2].rows(),
+                ..p
+            };
             // The blocks this machine picks; the smallest, one head cut into key ranges of one
             // block each; and the largest.
             let blocks = [
@@ -692,8 +722,9 @@ mod tests {
                 Instructions::Portable,
             ]
             .into_iter()
-            .flat_map(|instructions| blocks.map(|blocks| (instructions, blocks)));
-            for (instructions, blocks) in runs {
+            .flat_map(|instructions| blocks.map(|blocks| (instructions, blocks)))
+            .enumerate();
+            for (run, (instructions, blocks)) in runs {
                 let mut dq = vec![0.0; q.len()];
                 let mut dk = vec![0.0; k.len()];
                 let mut dv = vec![0.0; v.len()];
@@ -702,7 +733,13 @@ mod tests {
                     dk: &mut dk,
                     dv: &mut dv,
                 };
-                backward_with(&p, &context, &lse, &d_out, grads, instructions, blocks);
+                let context = Rows::row_major(&context, out_dims);
+                let (layout, problem, d_out) = if run % 2 == 0 {
+                    ("row-major", &p, Rows::row_major(&d_out, out_dims))
+                } else {
+                    ("token-major", &token_major_problem, scattered[3].rows())
+                };
+                backward_with(problem, context, &lse, d_out, grads, instructions, blocks);
                 for (name, got, want) in [
                     ("dq", &dq, &expected[0]),
                     ("dk", &dk, &expected[1]),
@@ -711,7 +748,7 @@ mod tests {
                     for (x, (&g, &w)) in got.iter().zip(want).enumerate() {
                         assert!(
                             (f64::from(g) - w).abs() <= 1e-4 + 1e-3 * w.abs(),
-                            "trial {trial} {instructions:?} {blocks:?} {name}[{x}]: {g} vs {w}"
+                            "trial {trial} {instructions:?} {blocks:?} {layout} {name}[{x}]: {g} vs {w}"
                         );
                     }
                 }

@@ -217,20 +217,20 @@ impl Pass for DecodeTask<'_, '_> {
         }
 
         let to_base_2 = std::f32::consts::LOG2_E;
-        let first_row = (b * p.n_heads + kv_head * group) * p.seq_len_q;
+        let first_head = b * p.n_heads + kv_head * group;
         let q = &mut scratch.q;
         q.clear();
-        q.extend(
-            p.q[first_row * d_head..][..rows * d_head]
-                .iter()
-                .map(|&x| x * (p.scale * to_base_2)),
-        );
+        for head in first_head..first_head + group {
+            for query in p.q.head(head).range(0, p.seq_len_q) {
+                q.extend(query.iter().map(|&x| x * (p.scale * to_base_2)));
+            }
+        }
         scratch.s.resize(rows * len, 0.0);
         let s = &mut scratch.s[..rows * len];
 
         // s = q·kᵀ: each key is read once for all rows of the group.
-        let k = &p.k[(kv_group * p.kv_rows + j0) * d_head..][..len * d_head];
-        for (jj, key) in k.chunks_exact(d_head).take(seen_keys).enumerate() {
+        let k = p.k.head(kv_group).range(j0, j0 + seen_keys);
+        for (jj, key) in k.enumerate() {
             for (r, query) in q.chunks_exact(d_head).enumerate() {
                 s[r * len + jj] = dot(kernels, query, key);
             }
@@ -258,8 +258,8 @@ impl Pass for DecodeTask<'_, '_> {
         }
 
         // o = p·v: each value row is read once for all rows of the group.
-        let v = &p.v[(kv_group * p.kv_rows + j0) * d_value..][..len * d_value];
-        for (jj, value) in v.chunks_exact(d_value).take(seen_keys).enumerate() {
+        let v = p.v.head(kv_group).range(j0, j0 + seen_keys);
+        for (jj, value) in v.enumerate() {
             for (r, part) in partials.chunks_exact_mut(partial_len).enumerate() {
                 let weight = s[r * len + jj];
                 if weight != 0.0 {
@@ -300,7 +300,7 @@ fn dot<K: Kernels>(kernels: K, a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::problem::Broadcast;
+    use crate::native::problem::{Broadcast, Rows};
     use attn_testing::{SeededRng, assert_close_slices};
 
     /// The same attention in `f64`, one query at a time, straight from the definition.
@@ -312,10 +312,10 @@ mod tests {
                 let kv = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
                 for i in 0..p.seq_len_q {
                     let row = (b * p.n_heads + h) * p.seq_len_q + i;
-                    let q = &p.q[row * p.d_head..][..p.d_head];
+                    let q = p.q.head(b * p.n_heads + h).row(i);
                     let scores: Vec<f64> = (0..p.seq_len_kv)
                         .map(|j| {
-                            let k = &p.k[(kv * p.kv_rows + j) * p.d_head..][..p.d_head];
+                            let k = p.k.head(kv).row(j);
                             let dot: f64 = q
                                 .iter()
                                 .zip(k)
@@ -338,7 +338,7 @@ mod tests {
                     let sum: f64 = weights.iter().sum();
                     lse[row] = (max + sum.ln()) as f32;
                     for c in 0..p.d_value {
-                        let value = |j: usize| f64::from(p.v[(kv * p.kv_rows + j) * p.d_value + c]);
+                        let value = |j: usize| f64::from(p.v.head(kv).row(j)[c]);
                         let out: f64 = weights.iter().enumerate().map(|(j, w)| w * value(j)).sum();
                         context[row * p.d_value + c] = (out / sum) as f32;
                     }
@@ -435,16 +435,22 @@ mod tests {
                 .collect();
             let bias_dims = [1, n_heads, seq_len_q, seq_len_kv];
             let bias = values(&mut rng, bias_dims.iter().product(), 3.0);
+            // The cache's rows: the first `seq_len_kv` of `kv_rows` per head.
+            let cache_rows = |data, width| Rows {
+                data,
+                heads: n_kv_heads,
+                width,
+                strides: [n_kv_heads * kv_rows * width, kv_rows * width, width],
+            };
             let problem = Problem {
-                q: &q,
-                k: &k,
-                v: &v,
+                q: Rows::row_major(&q, [batch, n_heads, seq_len_q, d_head]),
+                k: cache_rows(&k, d_head),
+                v: cache_rows(&v, d_value),
                 batch,
                 n_heads,
                 n_kv_heads,
                 seq_len_q,
                 seq_len_kv,
-                kv_rows,
                 d_head,
                 d_value,
                 scale: 0.1 + rng.unit().abs(),
@@ -481,15 +487,14 @@ mod tests {
         mask[10] = false;
         mask[2900] = false;
         let problem = Problem {
-            q: &q,
-            k: &k,
-            v: &v,
+            q: Rows::row_major(&q, [1, 1, seq_len_q, d_head]),
+            k: Rows::row_major(&k, [1, 1, seq_len_kv, d_head]),
+            v: Rows::row_major(&v, [1, 1, seq_len_kv, d_value]),
             batch: 1,
             n_heads: 1,
             n_kv_heads: 1,
             seq_len_q,
             seq_len_kv,
-            kv_rows: seq_len_kv,
             d_head,
             d_value,
             scale: 1.0,

@@ -49,10 +49,6 @@ use super::tiling::ForwardBlocks;
 /// - `context`: `[batch, n_heads, seq_len_q, d_value]`
 /// - `lse`: `[batch, n_heads, seq_len_q]` (`−∞` for a row whose keys are all masked)
 pub(crate) fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut [f32]>) {
-    assert_eq!(
-        problem.kv_rows, problem.seq_len_kv,
-        "the forward pass reads whole keys"
-    );
     let blocks = ForwardBlocks::for_problem(problem);
     run_tasks(problem, context, lse, Instructions::Best, blocks);
 }
@@ -153,21 +149,18 @@ impl PackedKeys {
             .zip(v_panels.par_chunks_mut(v_len))
             .enumerate()
             .for_each(|(kv_head, (k_packed, v_packed))| {
-                let k = &p.k[kv_head * p.seq_len_kv * p.d_head..][..p.seq_len_kv * p.d_head];
+                let (k, v) = (p.k.head(kv_head), p.v.head(kv_head));
                 // Panel by panel, so that the writes are contiguous and the (strided) reads
                 // stay within the panel's NR keys.
-                for (keys, panel) in k
-                    .chunks(NR * p.d_head)
-                    .zip(k_packed.chunks_exact_mut(NR * p.d_head))
-                {
+                for (first, panel) in k_packed.chunks_exact_mut(NR * p.d_head).enumerate() {
+                    let keys = k.range(first * NR, (first * NR + NR).min(p.seq_len_kv));
                     for (c, column) in panel.chunks_exact_mut(NR).enumerate() {
-                        for (x, key) in column.iter_mut().zip(keys.chunks_exact(p.d_head)) {
+                        for (x, key) in column.iter_mut().zip(keys.clone()) {
                             *x = key[c];
                         }
                     }
                 }
-                let v = &p.v[kv_head * p.seq_len_kv * p.d_value..][..p.seq_len_kv * p.d_value];
-                for (j, value) in v.chunks_exact(p.d_value).enumerate() {
+                for (j, value) in v.range(0, p.seq_len_kv).enumerate() {
                     for (panel, cols) in value.chunks(NR).enumerate() {
                         v_packed[(panel * p.seq_len_kv + j) * NR..][..cols.len()]
                             .copy_from_slice(cols);
@@ -268,7 +261,7 @@ impl Pass for ForwardTask<'_, '_> {
         let q = &mut scratch.q[..rows_padded * d_head];
         pack_queries(
             q,
-            &p.q[(head * p.seq_len_q + q_start) * d_head..][..rows * d_head],
+            p.q.head(head).range(q_start, q_start + rows),
             d_head,
             p.scale * to_base_2,
         );
@@ -374,16 +367,20 @@ impl Pass for ForwardTask<'_, '_> {
     }
 }
 
-/// Copies `rows` (`[n, d_head]`) times `scale` into `packed`, `[n_padded / MR][d_head][MR]`,
-/// with zero rows past `n`: one micro-kernel step then reads the [`MR`] values it broadcasts
-/// from one place.
-fn pack_queries(packed: &mut [f32], rows: &[f32], d_head: usize, scale: f32) {
-    for (tile, packed_tile) in packed.chunks_exact_mut(MR * d_head).enumerate() {
-        for r in 0..MR {
-            let row = rows.get((tile * MR + r) * d_head..(tile * MR + r + 1) * d_head);
-            for c in 0..d_head {
-                packed_tile[c * MR + r] = row.map_or(0.0, |row| row[c] * scale);
-            }
+/// Copies `rows` (`n` rows of `d_head`) times `scale` into `packed`,
+/// `[n_padded / MR][d_head][MR]`, with zero rows past `n`: one micro-kernel step then reads the
+/// [`MR`] values it broadcasts from one place.
+fn pack_queries<'a>(
+    packed: &mut [f32],
+    rows: impl Iterator<Item = &'a [f32]>,
+    d_head: usize,
+    scale: f32,
+) {
+    packed.fill(0.0);
+    for (r, row) in rows.enumerate() {
+        let tile = &mut packed[(r / MR) * MR * d_head..][..MR * d_head];
+        for (c, &x) in row.iter().enumerate() {
+            tile[c * MR + r % MR] = x * scale;
         }
     }
 }
@@ -391,7 +388,7 @@ fn pack_queries(packed: &mut [f32], rows: &[f32], d_head: usize, scale: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::problem::Broadcast;
+    use crate::native::problem::{Broadcast, Rows, TokenMajor};
     use attn_testing::{SeededRng, assert_close_slices};
 
     /// Where element `idx` of the broadcast scores sits in `x`'s data.
@@ -408,10 +405,10 @@ mod tests {
                 let kv = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
                 for i in 0..p.seq_len_q {
                     let row = (b * p.n_heads + h) * p.seq_len_q + i;
-                    let q = &p.q[row * p.d_head..][..p.d_head];
+                    let q = p.q.head(b * p.n_heads + h).row(i);
                     let scores: Vec<f64> = (0..p.seq_len_kv)
                         .map(|j| {
-                            let k = &p.k[(kv * p.seq_len_kv + j) * p.d_head..][..p.d_head];
+                            let k = p.k.head(kv).row(j);
                             let dot: f64 = q
                                 .iter()
                                 .zip(k)
@@ -435,8 +432,7 @@ mod tests {
                     let sum: f64 = weights.iter().sum();
                     lse[row] = (max + sum.ln()) as f32;
                     for c in 0..p.d_value {
-                        let value =
-                            |j: usize| f64::from(p.v[(kv * p.seq_len_kv + j) * p.d_value + c]);
+                        let value = |j: usize| f64::from(p.v.head(kv).row(j)[c]);
                         let out: f64 = weights.iter().enumerate().map(|(j, w)| w * value(j)).sum();
                         context[row * p.d_value + c] = (out / sum) as f32;
                     }
@@ -491,16 +487,18 @@ mod tests {
                 .collect();
             let bias_dims = broadcast_dims(trial + 1, scores);
             let bias = values(&mut rng, bias_dims.iter().product(), 3.0);
+            let q_dims = [batch, n_heads, seq_len_q, d_head];
+            let k_dims = [batch, n_kv_heads, seq_len_kv, d_head];
+            let v_dims = [batch, n_kv_heads, seq_len_kv, d_value];
             let problem = Problem {
-                q: &q,
-                k: &k,
-                v: &v,
+                q: Rows::row_major(&q, q_dims),
+                k: Rows::row_major(&k, k_dims),
+                v: Rows::row_major(&v, v_dims),
                 batch,
                 n_heads,
                 n_kv_heads,
                 seq_len_q,
                 seq_len_kv,
-                kv_rows: seq_len_kv,
                 d_head,
                 d_value,
                 scale: 0.1 + rng.unit().abs(),
@@ -514,6 +512,17 @@ mod tests {
                 },
             };
             let (want_context, want_lse) = reference(&problem);
+            // The same inputs token-major, as heads split off a projection are read in place,
+            // with a gap after each row.
+            let pad = trial % 3;
+            let scattered = [(&q, q_dims), (&k, k_dims), (&v, v_dims)]
+                .map(|(values, dims)| TokenMajor::new(values, dims, pad));
+            let token_major_problem = Problem {
+                q: scattered[0].rows(),
+                k: scattered[1].rows(),
+                v: scattered[2].rows(),
+                ..problem
+            };
             // The blocks this machine picks, the smallest the layouts allow, and larger ones.
             let blocks = [
                 ForwardBlocks::for_problem(&problem),
@@ -536,13 +545,19 @@ mod tests {
                 Instructions::Portable,
             ]
             .into_iter()
-            .flat_map(|instructions| blocks.map(|blocks| (instructions, blocks)));
-            for (instructions, blocks) in runs {
+            .flat_map(|instructions| blocks.map(|blocks| (instructions, blocks)))
+            .enumerate();
+            for (run, (instructions, blocks)) in runs {
                 let mut context = vec![f32::NAN; want_context.len()];
                 let mut lse = vec![f32::NAN; want_lse.len()];
-                run_tasks(&problem, &mut context, Some(&mut lse), instructions, blocks);
+                let (layout, problem) = if run % 2 == 0 {
+                    ("row-major", &problem)
+                } else {
+                    ("token-major", &token_major_problem)
+                };
+                run_tasks(problem, &mut context, Some(&mut lse), instructions, blocks);
                 let what = format!(
-                    "trial {trial} ({instructions:?}, {blocks:?}), scores {scores:?}, d_head {d_head}, d_value {d_value}"
+                    "trial {trial} ({instructions:?}, {blocks:?}, {layout}), scores {scores:?}, d_head {d_head}, d_value {d_value}"
                 );
                 assert_close_slices(
                     &context,
@@ -572,15 +587,14 @@ mod tests {
         let (q, k, v) = (vec![1.0; 2 * 3], vec![1.0; 4 * 3], vec![5.0; 4 * 2]);
         // Query 0 sees no key (causal offset −1), query 1 sees key 0 only.
         let problem = Problem {
-            q: &q,
-            k: &k,
-            v: &v,
+            q: Rows::row_major(&q, [1, 1, 2, 3]),
+            k: Rows::row_major(&k, [1, 1, 4, 3]),
+            v: Rows::row_major(&v, [1, 1, 4, 2]),
             batch: 1,
             n_heads: 1,
             n_kv_heads: 1,
             seq_len_q: 2,
             seq_len_kv: 4,
-            kv_rows: 4,
             d_head: 3,
             d_value: 2,
             scale: 1.0,

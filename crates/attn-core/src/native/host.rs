@@ -2,9 +2,11 @@
 //!
 //! It reads burn tensors (or a backend's primitives) into [`HostInputs`], `f32` buffers in
 //! host memory with their shapes, hands the passes a [`Problem`] over those buffers, and makes
-//! burn tensors of the buffers the passes write. flex lends its storage, so contiguous `f32`
-//! flex tensors are read in place; every other tensor is read with `into_data`, an
-//! `O(seq_len · d_head)` copy against `O(seq_len² · d_head)` work.
+//! burn tensors of the buffers the passes write. flex lends its storage, so `f32` flex tensors
+//! whose rows are contiguous are read in place, whatever their strides: a row-major tensor, the
+//! heads split off a projection (its middle axes swapped), the filled rows of a key/value
+//! cache. Every other tensor is read with `into_data`, an `O(seq_len · d_head)` copy against
+//! `O(seq_len² · d_head)` work.
 
 // Without a backend feature, the bridge from backend primitives has no caller.
 #![cfg_attr(
@@ -24,7 +26,7 @@ use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use super::backward;
 use super::decode;
 use super::forward;
-use super::problem::{Broadcast, Problem};
+use super::problem::{Broadcast, Problem, Rows};
 use crate::PreparedAttention;
 
 /// Copies the inputs to the host, runs the forward pass, and builds the context and (when
@@ -40,6 +42,18 @@ pub(super) fn forward_tensors(
     let d_value = v.dims()[3];
     let device = q.device();
     let dtype = q.dtype();
+    #[cfg(feature = "flex")]
+    let flex = [&q, &k, &v].map(|t| t.clone().try_into_primitive::<burn::backend::Flex>().ok());
+    #[cfg(feature = "flex")]
+    let host = match &flex {
+        [Some(q), Some(k), Some(v)] => HostInputs::from_flex_data(
+            [q, k, v],
+            plan.mask.clone().map(|m| m.into_data()),
+            plan.bias.clone().map(|b| b.into_data()),
+        ),
+        _ => HostInputs::from_tensors(q, k, v, plan),
+    };
+    #[cfg(not(feature = "flex"))]
     let host = HostInputs::from_tensors(q, k, v, plan);
     let (context, lse) = host.forward(plan.scale as f32, plan.causal_offset, want_lse);
     let context = Tensor::<4>::from_data(
@@ -70,7 +84,7 @@ pub(super) fn decode_tensors(
     let flex = [&q, &k, &v].map(|t| t.clone().try_into_primitive::<burn::backend::Flex>().ok());
     #[cfg(feature = "flex")]
     let host = match &flex {
-        [Some(q), Some(k), Some(v)] => HostInputs::from_flex_cache(
+        [Some(q), Some(k), Some(v)] => HostInputs::from_flex_data(
             [q, k, v],
             plan.mask.clone().map(|m| m.into_data()),
             plan.bias.clone().map(|b| b.into_data()),
@@ -102,12 +116,14 @@ pub(super) fn backward_tensors(
     let device = q.device();
     let dtype = q.dtype();
     let host = HostInputs::from_tensors(q, k, v, plan);
+    let [(context_dims, context), (d_context_dims, d_context)] =
+        [context, d_context].map(|t| (t.dims(), floats(t)));
     let gradients = host.backward(
         plan.scale as f32,
         plan.causal_offset,
-        slice(&floats(context)),
+        Rows::row_major(slice(&context), context_dims),
         slice(&floats(lse)),
-        slice(&floats(d_context)),
+        Rows::row_major(slice(&d_context), d_context_dims),
     );
     let shapes = host.input_shapes();
     let mut tensors = gradients.into_iter().zip(shapes).map(|(data, shape)| {
@@ -121,19 +137,50 @@ pub(super) fn backward_tensors(
 /// The values are borrowed where a backend lends its storage (flex, for contiguous `f32`
 /// tensors) and owned copies otherwise.
 pub(crate) struct HostInputs<'a> {
-    /// `q`'s `[batch, n_heads, seq_len_q, d_head]`.
-    q_dims: [usize; 4],
-    /// `k`'s `[batch, n_kv_heads, seq_len_kv, d_head]`.
-    k_dims: [usize; 4],
-    d_value: usize,
-    /// Rows from one (batch, key/value head) of `k` and `v` to the next (see
-    /// [`Problem::kv_rows`]).
-    kv_rows: usize,
-    q: Cow<'a, [f32]>,
-    k: Cow<'a, [f32]>,
-    v: Cow<'a, [f32]>,
+    /// `[batch, n_heads, seq_len_q, d_head]`.
+    q: HostRows<'a>,
+    /// `[batch, n_kv_heads, seq_len_kv, d_head]`.
+    k: HostRows<'a>,
+    /// `[batch, n_kv_heads, seq_len_kv, d_value]`.
+    v: HostRows<'a>,
     mask: Option<([usize; 4], Vec<bool>)>,
     bias: Option<([usize; 4], Cow<'a, [f32]>)>,
+}
+
+/// A four-dimensional `f32` tensor in host memory: its values (a backend's own storage, or a
+/// row-major copy), its shape, and the strides of its batch, head and row axes (its rows are
+/// contiguous).
+pub(crate) struct HostRows<'a> {
+    values: Cow<'a, [f32]>,
+    dims: [usize; 4],
+    strides: [usize; 3],
+}
+
+impl<'a> HostRows<'a> {
+    /// Row-major values of shape `dims`.
+    pub(crate) fn row_major(values: Cow<'a, [f32]>, dims: [usize; 4]) -> Self {
+        let [_, heads, rows, width] = dims;
+        Self {
+            values,
+            dims,
+            strides: [heads * rows * width, rows * width, width],
+        }
+    }
+
+    /// The kernels' view.
+    pub(crate) fn rows(&self) -> Rows<'_> {
+        Rows {
+            data: &self.values,
+            heads: self.dims[1],
+            width: self.dims[3],
+            strides: self.strides,
+        }
+    }
+
+    /// Elements of the tensor (not of the buffer it lies in).
+    fn len(&self) -> usize {
+        self.dims.iter().product()
+    }
 }
 
 impl<'a> HostInputs<'a> {
@@ -157,24 +204,21 @@ impl<'a> HostInputs<'a> {
         mask: Option<TensorData>,
         bias: Option<TensorData>,
     ) -> Self {
-        let dims = [&q, &k, &v].map(data_dims);
-        let values = [q, k, v].map(|data| Cow::Owned(f32_vec(data)));
-        Self::from_parts(values, dims, mask, bias)
+        let [q, k, v] = [q, k, v].map(|data| {
+            let dims = data_dims(&data);
+            HostRows::row_major(Cow::Owned(f32_vec(data)), dims)
+        });
+        Self::from_parts([q, k, v], mask, bias)
     }
 
-    /// `q`, `k`, `v` as row-major `f32` values with the given shapes (borrowed from a
-    /// backend's storage where it allows); the mask and bias as data read from the backend.
+    /// `q`, `k`, `v` in host memory (borrowed from a backend's storage where it allows); the
+    /// mask and bias as data read from the backend.
     fn from_parts(
-        [q, k, v]: [Cow<'a, [f32]>; 3],
-        [q_dims, k_dims, v_dims]: [[usize; 4]; 3],
+        [q, k, v]: [HostRows<'a>; 3],
         mask: Option<TensorData>,
         bias: Option<TensorData>,
     ) -> Self {
         Self {
-            q_dims,
-            k_dims,
-            d_value: v_dims[3],
-            kv_rows: k_dims[2],
             q,
             k,
             v,
@@ -185,36 +229,30 @@ impl<'a> HostInputs<'a> {
 
     /// The shapes of `q`, `k` and `v`.
     fn input_shapes(&self) -> [[usize; 4]; 3] {
-        let [batch, n_kv_heads, seq_len_kv, _] = self.k_dims;
-        [
-            self.q_dims,
-            self.k_dims,
-            [batch, n_kv_heads, seq_len_kv, self.d_value],
-        ]
+        [self.q.dims, self.k.dims, self.v.dims]
     }
 
     /// `[batch, n_heads, seq_len_q, seq_len_kv]`.
     fn scores_shape(&self) -> [usize; 4] {
-        let [batch, n_heads, seq_len_q, _] = self.q_dims;
-        [batch, n_heads, seq_len_q, self.k_dims[2]]
+        let [batch, n_heads, seq_len_q, _] = self.q.dims;
+        [batch, n_heads, seq_len_q, self.k.dims[2]]
     }
 
     /// The kernel's view of these inputs.
     fn problem(&self, scale: f32, causal_offset: Option<i64>) -> Problem<'_> {
         let [batch, n_heads, seq_len_q, seq_len_kv] = self.scores_shape();
-        let [_, n_kv_heads, _, d_head] = self.k_dims;
+        let [_, n_kv_heads, _, d_head] = self.k.dims;
         Problem {
-            q: &self.q,
-            k: &self.k,
-            v: &self.v,
+            q: self.q.rows(),
+            k: self.k.rows(),
+            v: self.v.rows(),
             batch,
             n_heads,
             n_kv_heads,
             seq_len_q,
             seq_len_kv,
-            kv_rows: self.kv_rows,
             d_head,
-            d_value: self.d_value,
+            d_value: self.v.dims[3],
             scale,
             mask: self
                 .mask
@@ -237,7 +275,7 @@ impl<'a> HostInputs<'a> {
         want_lse: bool,
     ) -> (Vec<f32>, Option<Vec<f32>>) {
         let [batch, n_heads, seq_len_q, _] = self.scores_shape();
-        let mut context = vec![0.0; batch * n_heads * seq_len_q * self.d_value];
+        let mut context = vec![0.0; batch * n_heads * seq_len_q * self.v.dims[3]];
         let mut lse = want_lse.then(|| vec![0.0; batch * n_heads * seq_len_q]);
         forward::attention(
             &self.problem(scale, causal_offset),
@@ -253,9 +291,9 @@ impl<'a> HostInputs<'a> {
         &self,
         scale: f32,
         causal_offset: Option<i64>,
-        context: &[f32],
+        context: Rows<'_>,
         lse: &[f32],
-        d_context: &[f32],
+        d_context: Rows<'_>,
     ) -> [Vec<f32>; 3] {
         let mut dq = vec![0.0; self.q.len()];
         let mut dk = vec![0.0; self.k.len()];
@@ -336,7 +374,7 @@ impl HostInputs<'static> {
 
 #[cfg(feature = "flex")]
 impl<'a> HostInputs<'a> {
-    /// flex's inputs, borrowing the storage of contiguous `f32` tensors.
+    /// flex's inputs, borrowing the storage of `f32` tensors whose rows are contiguous.
     pub(crate) fn from_flex(
         [q, k, v]: [&'a burn::backend::flex::FlexTensor; 3],
         mask: Option<BoolTensor<burn::backend::Flex>>,
@@ -344,11 +382,19 @@ impl<'a> HostInputs<'a> {
     ) -> Self {
         type F = burn::backend::Flex;
         Self::from_parts(
-            [q, k, v].map(flex_floats),
-            [q, k, v].map(dims4),
+            [q, k, v].map(flex_rows),
             mask.map(read_bool::<F>),
             bias.map(read_float::<F>),
         )
+    }
+
+    /// The same, with the mask and bias already read as data.
+    pub(crate) fn from_flex_data(
+        [q, k, v]: [&'a burn::backend::flex::FlexTensor; 3],
+        mask: Option<TensorData>,
+        bias: Option<TensorData>,
+    ) -> Self {
+        Self::from_parts([q, k, v].map(flex_rows), mask, bias)
     }
 }
 
@@ -367,7 +413,7 @@ impl HostInputs<'_> {
         (
             from_host::<B>(
                 context,
-                vec![batch, n_heads, seq_len_q, self.d_value],
+                vec![batch, n_heads, seq_len_q, self.v.dims[3]],
                 dtype,
                 &device,
             ),
@@ -386,7 +432,8 @@ impl HostInputs<'_> {
         like: &FloatTensor<B>,
         scale: f64,
         causal_offset: Option<i64>,
-        [context, lse, d_context]: [&[f32]; 3],
+        [context, d_context]: [Rows<'_>; 2],
+        lse: &[f32],
     ) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
         let (device, dtype) = (like.device(), like.dtype());
         let [q_shape, k_shape, v_shape] = self.input_shapes().map(|s| s.to_vec());
@@ -399,75 +446,46 @@ impl HostInputs<'_> {
     }
 }
 
+/// A flex tensor in host memory: its own storage when it is `f32` with contiguous rows and
+/// non-negative strides (whatever the order of its other axes), a row-major copy otherwise.
 #[cfg(feature = "flex")]
-impl<'a> HostInputs<'a> {
-    /// The decode pass's inputs on flex: `k` and `v` read in place when they are the filled
-    /// prefix of a key/value cache (`[batch, n_kv_heads, capacity, d]` narrowed along its
-    /// rows), so that a step does not copy the whole cache; any other layout is copied.
-    fn from_flex_cache(
-        [q, k, v]: [&'a burn::backend::flex::FlexTensor; 3],
-        mask: Option<TensorData>,
-        bias: Option<TensorData>,
-    ) -> Self {
-        let (k_rows, v_rows) = (cache_prefix(k), cache_prefix(v));
-        let mut inputs = match (k_rows, v_rows) {
-            (Some((k_values, k_capacity)), Some((v_values, v_capacity)))
-                if k_capacity == v_capacity =>
-            {
-                let mut inputs = Self::from_parts(
-                    [
-                        flex_floats(q),
-                        Cow::Borrowed(k_values),
-                        Cow::Borrowed(v_values),
-                    ],
-                    [q, k, v].map(dims4),
-                    mask,
-                    bias,
-                );
-                inputs.kv_rows = k_capacity;
-                inputs
-            }
-            _ => Self::from_parts([q, k, v].map(flex_floats), [q, k, v].map(dims4), mask, bias),
-        };
-        // An empty cache has nothing to read either way.
-        if inputs.k_dims[2] == 0 {
-            inputs.kv_rows = 0;
-        }
-        inputs
-    }
+pub(crate) fn flex_rows(t: &burn::backend::flex::FlexTensor) -> HostRows<'_> {
+    let dims = dims4(t);
+    in_place_rows(t, dims)
+        .unwrap_or_else(|| HostRows::row_major(Cow::Owned(f32_vec(t.clone().into_data())), dims))
 }
 
-/// The storage under a flex tensor `[batch, heads, rows, d]` whose rows are the first `rows`
-/// of a row-major buffer `[batch, heads, capacity, d]` of `f32`, with that `capacity`; `None`
-/// for any other layout.
+/// [`flex_rows`] without the copy: `None` where the storage cannot be read as it is.
 #[cfg(feature = "flex")]
-fn cache_prefix(t: &burn::backend::flex::FlexTensor) -> Option<(&[f32], usize)> {
-    if t.dtype() != DType::F32 {
+fn in_place_rows(t: &burn::backend::flex::FlexTensor, dims: [usize; 4]) -> Option<HostRows<'_>> {
+    if t.dtype() != DType::F32 || dims.contains(&0) {
         return None;
     }
-    let [batch, heads, rows, d] = dims4(t);
     let layout = t.layout();
-    let [s_batch, s_head, s_row, s_col]: [isize; 4] = layout.strides().try_into().ok()?;
-    let d_stride = d as isize;
-    let capacity = if heads > 1 {
-        usize::try_from(s_head).ok()? / d.max(1)
-    } else {
-        usize::try_from(s_batch).ok()? / (heads * d).max(1)
+    let strides: [isize; 4] = layout.strides().try_into().ok()?;
+    // An axis of one element is never stepped along, whatever its stride says.
+    let stride = |axis: usize| {
+        if dims[axis] == 1 {
+            Some(0)
+        } else {
+            usize::try_from(strides[axis]).ok()
+        }
     };
-    let contiguous_rows = (s_col == 1 || d <= 1) && (s_row == d_stride || rows <= 1);
-    let heads_fit = heads <= 1 || s_head == (capacity * d) as isize;
-    let batch_fits = batch <= 1 || s_batch == (heads * capacity * d) as isize;
-    if !contiguous_rows
-        || !heads_fit
-        || !batch_fits
-        || capacity < rows
-        || layout.start_offset() != 0
-    {
+    let [s_batch, s_head, s_row, s_col] = [0, 1, 2, 3].map(stride);
+    if s_col != Some(0) && s_col != Some(1) {
         return None;
     }
-    let storage = t.storage::<f32>();
-    let needed = batch * heads * capacity * d;
-    (storage.len() >= needed).then(|| (&storage[..needed], capacity))
+    let strides = [s_batch?, s_head?, s_row?];
+    let last = (0..3)
+        .map(|axis| (dims[axis] - 1) * strides[axis])
+        .sum::<usize>()
+        + dims[3];
+    let storage = t.storage::<f32>().get(layout.start_offset()..)?;
+    (storage.len() >= last).then(|| HostRows {
+        values: Cow::Borrowed(storage),
+        dims,
+        strides,
+    })
 }
 
 /// A flex tensor's values as `f32`: its own storage when that is contiguous `f32`.

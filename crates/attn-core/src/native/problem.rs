@@ -1,6 +1,78 @@
 //! The problem both passes solve, as plain host slices: [`Problem`] (the inputs and their
-//! shapes), [`Broadcast`] (a mask or bias that broadcasts to the scores) and the rows of a mask
-//! or bias that a pass applies to one row of scores.
+//! shapes), [`Rows`] (where each row of `q`, `k` or `v` lies in its buffer), [`Broadcast`] (a
+//! mask or bias that broadcasts to the scores) and the rows of a mask or bias that a pass
+//! applies to one row of scores.
+
+/// A `[batch, heads, rows, width]` tensor of `f32` whose rows are runs of `width` contiguous
+/// values, wherever they lie in `data`: row `i` of head `h` of batch `b` starts at
+/// `b·strides[0] + h·strides[1] + i·strides[2]`.
+///
+/// A row-major tensor is one case. Two others are read without a copy: the heads split off a
+/// projection (`[batch, seq_len, heads, width]` seen with its middle axes swapped, as
+/// `split_heads` leaves it: strides `[seq_len·heads·width, width, heads·width]`), and the
+/// filled rows of a longer key/value cache (a head stride of `capacity · width`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rows<'a> {
+    /// The buffer the rows lie in.
+    pub data: &'a [f32],
+    /// Heads per batch entry.
+    pub heads: usize,
+    /// Values per row.
+    pub width: usize,
+    /// Element strides of the batch, head and row axes.
+    pub strides: [usize; 3],
+}
+
+impl<'a> Rows<'a> {
+    /// A row-major `[batch, heads, rows, width]` tensor.
+    pub fn row_major(data: &'a [f32], [_, heads, rows, width]: [usize; 4]) -> Self {
+        Self {
+            data,
+            heads,
+            width,
+            strides: [heads * rows * width, rows * width, width],
+        }
+    }
+
+    /// The rows of head `head`, counted as `b · heads + h`.
+    #[inline]
+    pub fn head(&self, head: usize) -> HeadRows<'a> {
+        let [s_batch, s_head, s_row] = self.strides;
+        let start = (head / self.heads.max(1)) * s_batch + (head % self.heads.max(1)) * s_head;
+        HeadRows {
+            data: self.data.get(start..).unwrap_or_default(),
+            width: self.width,
+            stride: s_row,
+        }
+    }
+}
+
+/// The rows of one head of a [`Rows`]: row `i` is `data[i·stride..][..width]`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeadRows<'a> {
+    data: &'a [f32],
+    width: usize,
+    stride: usize,
+}
+
+impl<'a> HeadRows<'a> {
+    /// Row `i`, `width` values.
+    #[inline(always)]
+    pub fn row(&self, i: usize) -> &'a [f32] {
+        &self.data[i * self.stride..][..self.width]
+    }
+
+    /// Rows `start..end`, in order.
+    #[inline]
+    pub fn range(
+        &self,
+        start: usize,
+        end: usize,
+    ) -> impl ExactSizeIterator<Item = &'a [f32]> + Clone + use<'a> {
+        let this = *self;
+        (start..end).map(move |i| this.row(i))
+    }
+}
 
 /// A mask or bias that broadcasts to `[batch, n_heads, seq_len_q, seq_len_kv]`: element
 /// `[b, h, i, j]` sits at `b·strides[0] + h·strides[1] + i·strides[2] + j·strides[3]`, with
@@ -57,24 +129,20 @@ pub(super) enum Row<'a, T> {
 /// Everything the kernel needs, as host slices.
 ///
 /// # Shapes
-/// - `q`: `[batch, n_heads, seq_len_q, d_head]`, row-major
-/// - `k`: `[batch, n_kv_heads, seq_len_kv, d_head]` (the first `seq_len_kv` of `kv_rows` rows)
-/// - `v`: `[batch, n_kv_heads, seq_len_kv, d_value]` (the same)
+/// - `q`: `[batch, n_heads, seq_len_q, d_head]`
+/// - `k`: `[batch, n_kv_heads, seq_len_kv, d_head]`
+/// - `v`: `[batch, n_kv_heads, seq_len_kv, d_value]`
 /// - `mask` (`true` = not attended), `bias`: broadcast to `[batch, n_heads, seq_len_q, seq_len_kv]`
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Problem<'a> {
-    pub q: &'a [f32],
-    pub k: &'a [f32],
-    pub v: &'a [f32],
+    pub q: Rows<'a>,
+    pub k: Rows<'a>,
+    pub v: Rows<'a>,
     pub batch: usize,
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub seq_len_q: usize,
     pub seq_len_kv: usize,
-    /// Rows of `k` and `v` from the start of one (batch, key/value head) to the next:
-    /// `seq_len_kv`, or more when the keys are the filled prefix of a longer buffer (a
-    /// key/value cache read in place, which only the decode pass takes).
-    pub kv_rows: usize,
     pub d_head: usize,
     pub d_value: usize,
     pub scale: f32,
@@ -113,5 +181,76 @@ pub(super) fn apply_mask(row: &mut [f32], mask: Row<'_, bool>) {
         }
         Row::Same(true) => row.fill(f32::NEG_INFINITY),
         Row::Same(false) => {}
+    }
+}
+
+/// A row-major `[batch, heads, rows, width]` tensor laid out token-major with `pad` unused
+/// values (NaN) after every row: the buffer `[batch, rows, heads, width + pad]`, read back as
+/// the original tensor through [`rows`](Self::rows) (the tests' stand-in for heads split off a
+/// projection).
+#[cfg(test)]
+pub(crate) struct TokenMajor {
+    buffer: Vec<f32>,
+    dims: [usize; 4],
+    strides: [usize; 3],
+}
+
+#[cfg(test)]
+impl TokenMajor {
+    pub fn new(values: &[f32], dims: [usize; 4], pad: usize) -> Self {
+        let [batch, heads, rows, width] = dims;
+        let row = width + pad;
+        let strides = [rows * heads * row, row, heads * row];
+        let mut buffer = vec![f32::NAN; batch * rows * heads * row];
+        for (index, chunk) in values.chunks_exact(width.max(1)).enumerate() {
+            let (b, h, i) = (index / (heads * rows), (index / rows) % heads, index % rows);
+            let start = b * strides[0] + h * strides[1] + i * strides[2];
+            buffer[start..][..width].copy_from_slice(chunk);
+        }
+        Self {
+            buffer,
+            dims,
+            strides,
+        }
+    }
+
+    pub fn rows(&self) -> Rows<'_> {
+        Rows {
+            data: &self.buffer,
+            heads: self.dims[1],
+            width: self.dims[3],
+            strides: self.strides,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_read_a_token_major_buffer_as_the_row_major_tensor() {
+        let dims = [2, 3, 4, 5];
+        let values: Vec<f32> = (0..dims.iter().product::<usize>())
+            .map(|x| x as f32)
+            .collect();
+        let [batch, heads, rows, width] = dims;
+        let token_major = TokenMajor::new(&values, dims, 2);
+        let scattered = token_major.rows();
+        let row_major = Rows::row_major(&values, dims);
+        for head in 0..batch * heads {
+            for i in 0..rows {
+                let want = &values[(head * rows + i) * width..][..width];
+                assert_eq!(scattered.head(head).row(i), want, "head {head}, row {i}");
+                assert_eq!(row_major.head(head).row(i), want, "head {head}, row {i}");
+            }
+            let ranged: Vec<f32> = scattered
+                .head(head)
+                .range(1, 3)
+                .flatten()
+                .copied()
+                .collect();
+            assert_eq!(ranged, values[(head * rows + 1) * width..][..2 * width]);
+        }
     }
 }
