@@ -208,6 +208,10 @@ pub(super) struct Workspace {
     d_out: Vec<f32>,
     /// `doᵀ` by blocks of queries, `[n_query_blocks][d_value_mr][BR]`.
     d_out_t: Vec<f32>,
+    /// `k`, `[seq_len_kv, d_head]`, and `v`, `[seq_len_kv, d_value]`, gathered row by row
+    /// from wherever their rows lie, so that the packing passes below read them from cache.
+    k_rows: Vec<f32>,
+    v_rows: Vec<f32>,
     /// `kᵀ` in panels of keys, `[seq_len_kv_padded / NR][d_head][NR]` (for `S = Q·Kᵀ`).
     k_t_panels: Vec<f32>,
     /// `vᵀ` in panels of keys, `[seq_len_kv_padded / NR][d_value][NR]` (for `dP = dO·Vᵀ`).
@@ -242,6 +246,8 @@ impl Workspace {
             &self.q_t,
             &self.d_out,
             &self.d_out_t,
+            &self.k_rows,
+            &self.v_rows,
             &self.k_t_panels,
             &self.v_t_panels,
             &self.k_panels,
@@ -378,6 +384,8 @@ impl Pass for &mut BackwardTask<'_, '_> {
             q_t,
             d_out: d_out_rows,
             d_out_t,
+            k_rows,
+            v_rows,
             k_t_panels,
             v_t_panels,
             k_panels,
@@ -389,9 +397,30 @@ impl Pass for &mut BackwardTask<'_, '_> {
             p_panels,
             ds_panels,
         } = &mut *self.workspace;
-        padded_rows(q_rows, q.clone(), d_head, seq_len_q_mr);
+        // Each input is read once from where it lies (its rows may be strided: the heads split
+        // off a projection) into a contiguous buffer; every other layout is packed from that.
+        // A row copy reads its cache lines with wide loads, many rows in flight; the scattering
+        // passes below, reading strided rows directly, waited on each row in turn.
+        padded_rows(q_rows, q, d_head, seq_len_q_mr);
+        padded_rows(d_out_rows, d_out, d_value, seq_len_q_mr);
+        padded_rows(k_rows, k, d_head, seq_len_kv);
+        padded_rows(v_rows, v, d_value, seq_len_kv);
+        fn rows(
+            buffer: &[f32],
+            n: usize,
+            width: usize,
+        ) -> impl ExactSizeIterator<Item = &[f32]> + Clone {
+            buffer[..n * width].chunks_exact(width.max(1)).take(n)
+        }
+        let (q, d_out) = (
+            rows(q_rows, seq_len_q, d_head),
+            rows(d_out_rows, seq_len_q, d_value),
+        );
+        let (k, v) = (
+            rows(k_rows, seq_len_kv, d_head),
+            rows(v_rows, seq_len_kv, d_value),
+        );
         transposed_blocks(q_t, q, d_head_mr, BR);
-        padded_rows(d_out_rows, d_out.clone(), d_value, seq_len_q_mr);
         transposed_blocks(d_out_t, d_out.clone(), d_value_mr, BR);
         row_panels(k_t_panels, k.clone(), d_head, seq_len_kv_padded);
         row_panels(v_t_panels, v, d_value, seq_len_kv_padded);

@@ -150,12 +150,21 @@ impl PackedKeys {
             .enumerate()
             .for_each(|(kv_head, (k_packed, v_packed))| {
                 let (k, v) = (p.k.head(kv_head), p.v.head(kv_head));
+                // The keys gathered row by row first (their rows may be strided, as the heads
+                // split off a projection are): a row copy keeps many rows' loads in flight,
+                // where the transposing loop below would wait on each row in turn.
+                let mut keys = Vec::with_capacity(p.seq_len_kv * p.d_head);
+                for key in k.range(0, p.seq_len_kv) {
+                    keys.extend_from_slice(key);
+                }
                 // Panel by panel, so that the writes are contiguous and the (strided) reads
                 // stay within the panel's NR keys.
-                for (first, panel) in k_packed.chunks_exact_mut(NR * p.d_head).enumerate() {
-                    let keys = k.range(first * NR, (first * NR + NR).min(p.seq_len_kv));
+                for (keys, panel) in keys
+                    .chunks(NR * p.d_head)
+                    .zip(k_packed.chunks_exact_mut(NR * p.d_head))
+                {
                     for (c, column) in panel.chunks_exact_mut(NR).enumerate() {
-                        for (x, key) in column.iter_mut().zip(keys.clone()) {
+                        for (x, key) in column.iter_mut().zip(keys.chunks_exact(p.d_head)) {
                             *x = key[c];
                         }
                     }
@@ -196,6 +205,9 @@ impl PackedKeys {
 /// Per-thread buffers, reused from task to task and call to call.
 #[derive(Default)]
 struct Scratch {
+    /// The block's queries as they are, `[rows, d_head]`, gathered from wherever their rows
+    /// lie (see [`PackedKeys::new`]).
+    q_rows: Vec<f32>,
     /// Queries times `scale · log2 e`, packed by tiles of [`MR`] rows as
     /// `[BLOCK_Q / MR][d_head][MR]`, zero past the last query.
     q: Vec<f32>,
@@ -258,10 +270,14 @@ impl Pass for ForwardTask<'_, '_> {
         let dv_padded = keys.n_value_panels * NR;
 
         let to_base_2 = std::f32::consts::LOG2_E;
+        scratch.q_rows.clear();
+        for query in p.q.head(head).range(q_start, q_start + rows) {
+            scratch.q_rows.extend_from_slice(query);
+        }
         let q = &mut scratch.q[..rows_padded * d_head];
         pack_queries(
             q,
-            p.q.head(head).range(q_start, q_start + rows),
+            scratch.q_rows.chunks_exact(d_head.max(1)),
             d_head,
             p.scale * to_base_2,
         );
