@@ -309,17 +309,13 @@ fn transposed_blocks<'a>(
 /// `t·NR..(t+1)·NR` as columns (zeros past `n`).
 fn row_panels<'a>(
     out: &mut Vec<f32>,
-    rows: impl Iterator<Item = &'a [f32]>,
+    rows: impl ExactSizeIterator<Item = &'a [f32]>,
     width: usize,
     n_p: usize,
 ) {
-    let out = zeroed(out, n_p * width);
-    for (r, row) in rows.enumerate() {
-        let panel = &mut out[(r / NR) * width * NR..];
-        for (c, &x) in row.iter().enumerate() {
-            panel[c * NR + r % NR] = x;
-        }
-    }
+    // Blocks of NR rows transposed are exactly these panels; then zero panels up to `n_p`.
+    transposed_blocks(out, rows, width, NR);
+    out.resize(n_p * width, 0.0);
 }
 
 /// `rows` (`n` rows of `width`) as `[width_p / NR][n_p][NR]`: panel `t` holds columns

@@ -42,20 +42,9 @@ pub(super) fn forward_tensors(
     let d_value = v.dims()[3];
     let device = q.device();
     let dtype = q.dtype();
-    #[cfg(feature = "flex")]
-    let flex = [&q, &k, &v].map(|t| t.clone().try_into_primitive::<burn::backend::Flex>().ok());
-    #[cfg(feature = "flex")]
-    let host = match &flex {
-        [Some(q), Some(k), Some(v)] => HostInputs::from_flex_data(
-            [q, k, v],
-            plan.mask.clone().map(|m| m.into_data()),
-            plan.bias.clone().map(|b| b.into_data()),
-        ),
-        _ => HostInputs::from_tensors(q, k, v, plan),
-    };
-    #[cfg(not(feature = "flex"))]
-    let host = HostInputs::from_tensors(q, k, v, plan);
-    let (context, lse) = host.forward(plan.scale as f32, plan.causal_offset, want_lse);
+    let (context, lse) = with_host_inputs(q, k, v, plan, |host| {
+        host.forward(plan.scale as f32, plan.causal_offset, want_lse)
+    });
     let context = Tensor::<4>::from_data(
         TensorData::new(context, [batch, n_heads, seq_len_q, d_value]),
         &device,
@@ -80,27 +69,39 @@ pub(super) fn decode_tensors(
     let d_value = v.dims()[3];
     let device = q.device();
     let dtype = q.dtype();
-    #[cfg(feature = "flex")]
-    let flex = [&q, &k, &v].map(|t| t.clone().try_into_primitive::<burn::backend::Flex>().ok());
-    #[cfg(feature = "flex")]
-    let host = match &flex {
-        [Some(q), Some(k), Some(v)] => HostInputs::from_flex_data(
-            [q, k, v],
-            plan.mask.clone().map(|m| m.into_data()),
-            plan.bias.clone().map(|b| b.into_data()),
-        ),
-        _ => HostInputs::from_tensors(q, k, v, plan),
-    };
-    #[cfg(not(feature = "flex"))]
-    let host = HostInputs::from_tensors(q, k, v, plan);
-    let problem = host.problem(plan.scale as f32, plan.causal_offset);
     let mut context = vec![0.0; batch * n_heads * seq_len_q * d_value];
-    decode::attention(&problem, &mut context, None);
+    with_host_inputs(q, k, v, plan, |host| {
+        let problem = host.problem(plan.scale as f32, plan.causal_offset);
+        decode::attention(&problem, &mut context, None);
+    });
     Tensor::<4>::from_data(
         TensorData::new(context, [batch, n_heads, seq_len_q, d_value]),
         &device,
     )
     .cast(dtype)
+}
+
+/// Runs `run` on the inputs in host memory: flex's storage where it can be read in place
+/// (whatever the strides of rows that are contiguous), a copy otherwise.
+fn with_host_inputs<R>(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    plan: &PreparedAttention,
+    run: impl FnOnce(&HostInputs<'_>) -> R,
+) -> R {
+    #[cfg(feature = "flex")]
+    {
+        let flex = [&q, &k, &v].map(|t| t.clone().try_into_primitive::<burn::backend::Flex>().ok());
+        if let [Some(q), Some(k), Some(v)] = &flex {
+            return run(&HostInputs::from_flex_data(
+                [q, k, v],
+                plan.mask.clone().map(|m| m.into_data()),
+                plan.bias.clone().map(|b| b.into_data()),
+            ));
+        }
+    }
+    run(&HostInputs::from_tensors(q, k, v, plan))
 }
 
 /// Copies the inputs, the forward's outputs and `d_context` to the host, runs the backward
