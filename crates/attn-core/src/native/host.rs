@@ -482,7 +482,7 @@ fn in_place_rows(t: &burn::backend::flex::FlexTensor, dims: [usize; 4]) -> Optio
         .sum::<usize>()
         + dims[3];
     let storage = t.storage::<f32>().get(layout.start_offset()..)?;
-    (storage.len() >= last).then(|| HostRows {
+    (storage.len() >= last).then_some(HostRows {
         values: Cow::Borrowed(storage),
         dims,
         strides,
