@@ -8,8 +8,11 @@
 //! the output is written by the product alone, with the bias rows laid down first and
 //! accumulated into (`dst := dst + x · W`), and the two backward products (`dx = dy · Wᵀ`,
 //! `dW = xᵀ · dy`) write their outputs the same way. Strided views (a transposed weight, a
-//! tied embedding table seen as `[d_model, vocab]`) are read in place. Under autodiff it is
-//! one graph node, as burn's own `linear` is.
+//! tied embedding table seen as `[d_model, vocab]`) are read in place, except the second
+//! operand of a product too large for L1 whose columns are strided (`Wᵀ` in `dx = dy · Wᵀ`):
+//! that one is first copied tile by tile into a buffer each thread keeps, because `gemm`
+//! packs such an operand one element at a time, from rows a power of two apart that share
+//! two sets of L1. Under autodiff it is one graph node, as burn's own `linear` is.
 //!
 //! A decoding step projects one token: `x` is `[1, d_input]` and every weight is read once
 //! from memory for two floating-point operations per value, so the step is bound by memory
@@ -48,7 +51,8 @@ use crate::native::backend_name;
 /// On flex, in `f32`, one [`LinearOps`] operation (see the module's documentation), with
 /// gradients under autodiff; for inference, when `x` holds one row (`[1, d_input]`, `[1, 1,
 /// d_input]`, ...), the output columns are split across rayon's threads. `weight` may be a
-/// strided view, such as the transpose of a tied embedding table, and is never copied.
+/// strided view, such as the transpose of a tied embedding table: it is read in place, or
+/// copied into row-major order for large products (see the module's documentation).
 /// Elsewhere, burn's `linear`.
 ///
 /// # Shapes
@@ -320,6 +324,7 @@ impl<B: LinearOps, C: CheckpointStrategy> LinearOps for Autodiff<B, C> {
 #[cfg(feature = "flex")]
 mod products {
     use std::borrow::Cow;
+    use std::cell::RefCell;
 
     use burn::backend::TensorMetadata;
     use burn::backend::flex::FlexTensor;
@@ -381,6 +386,68 @@ mod products {
             }
         }
 
+        /// The same matrix copied into row-major order, tile by tile.
+        ///
+        /// `gemm` packs `b` of a product into panels along its rows, one element at a time
+        /// when its columns are strided: for `dx = dy · Wᵀ`, each value of `W` read from a
+        /// different row, `d_output` floats apart. At a power-of-two stride those rows fall
+        /// into two sets of L1, so nearly every read waits on L2. Here each [`TILE`] × [`TILE`]
+        /// tile is read as whole rows of the stored matrix (columns of this one) into a local
+        /// array and written out as whole rows, blocks of rows on every thread.
+        ///
+        /// `buffer` holds the copy: it is resized to fit and every value is overwritten.
+        fn row_major<'b>(&self, buffer: &'b mut Vec<f32>) -> Matrix<'b> {
+            use rayon::prelude::*;
+            const TILE: usize = 16;
+            let (rows, columns) = (self.rows, self.columns);
+            buffer.resize(rows * columns, 0.0);
+            let out = &mut buffer[..rows * columns];
+            let values = &self.values[self.offset..];
+            let (row, column) = (self.row, self.column);
+            let block = |(t, out): (usize, &mut [f32])| {
+                let i0 = t * TILE;
+                let height = out.len() / columns;
+                let mut tile = [[0.0f32; TILE]; TILE];
+                for j0 in (0..columns).step_by(TILE) {
+                    let width = TILE.min(columns - j0);
+                    // tile[jj][ii] = self(i0 + ii, j0 + jj): a column of this matrix.
+                    for (jj, line) in tile.iter_mut().enumerate().take(width) {
+                        let start = (j0 + jj) * column + i0 * row;
+                        if row == 1 && height == TILE {
+                            // A fixed-size copy, compiled to two vector moves.
+                            let whole: &[f32; TILE] =
+                                values[start..][..TILE].try_into().expect("one tile");
+                            *line = *whole;
+                        } else {
+                            for (ii, x) in line.iter_mut().enumerate().take(height) {
+                                *x = values[start + ii * row];
+                            }
+                        }
+                    }
+                    for ii in 0..height {
+                        let dst = &mut out[ii * columns + j0..][..width];
+                        for (jj, x) in dst.iter_mut().enumerate() {
+                            *x = tile[jj][ii];
+                        }
+                    }
+                }
+            };
+            let band = TILE * columns.max(1);
+            if rows * columns >= PARALLEL_COPY && rayon::current_num_threads() > 1 {
+                out.par_chunks_mut(band).enumerate().for_each(block);
+            } else {
+                out.chunks_mut(band).enumerate().for_each(block);
+            }
+            Matrix {
+                values: Cow::Borrowed(out),
+                offset: 0,
+                rows,
+                columns,
+                row: columns,
+                column: 1,
+            }
+        }
+
         /// Whether every element lies inside `values` (what makes the raw reads sound).
         fn in_bounds(&self) -> bool {
             if self.rows == 0 || self.columns == 0 {
@@ -395,9 +462,52 @@ mod products {
         }
     }
 
+    /// [`product`] copies a `b` whose columns are strided into row-major order first (see
+    /// [`Matrix::row_major`]) when `a` has at least this many rows and `b` at least
+    /// [`VALUES_TO_COPY_B`] values. A smaller `b` (128 KiB, four times a 32 KiB L1) stays in
+    /// cache while `gemm` packs it, and the copy would only add a pass.
+    const ROWS_TO_COPY_B: usize = 8;
+    const VALUES_TO_COPY_B: usize = 1 << 15;
+
+    /// Values from which [`Matrix::row_major`] copies on every thread.
+    const PARALLEL_COPY: usize = 1 << 16;
+
+    thread_local! {
+        /// Each thread's buffer for [`Matrix::row_major`], kept from product to product: a
+        /// fresh one would cost a zeroing pass and, at these sizes, fresh pages from the kernel.
+        static ROW_MAJOR: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A thread keeps its [`ROW_MAJOR`] buffer up to this many values (32 MiB).
+    const KEEP_VALUES: usize = 8 << 20;
+
     /// `a · b` into a new `[a.rows, b.columns]` row-major vector; with `bias`, each row starts
     /// as `bias` and the product is added to it.
     fn product(a: &Matrix<'_>, b: &Matrix<'_>, bias: Option<&[f32]>) -> Vec<f32> {
+        let (m, k, n) = (a.rows, a.columns, b.columns);
+        if b.column == 1 || m < ROWS_TO_COPY_B || k * n < VALUES_TO_COPY_B {
+            return gemm_product(a, b, bias);
+        }
+        assert!(b.in_bounds(), "matrix views inside their storage");
+        ROW_MAJOR.with(|kept| {
+            // A product that runs while this thread's buffer is in use (a rayon task taken up
+            // while `gemm` waits) copies into a buffer of its own.
+            let mut own = Vec::new();
+            let mut kept = kept.try_borrow_mut();
+            let buffer = match kept.as_deref_mut() {
+                Ok(buffer) => buffer,
+                Err(_) => &mut own,
+            };
+            let out = gemm_product(a, &b.row_major(buffer), bias);
+            if buffer.capacity() > KEEP_VALUES {
+                *buffer = Vec::new();
+            }
+            out
+        })
+    }
+
+    /// [`product`] as one `gemm` call on the operands as they are.
+    fn gemm_product(a: &Matrix<'_>, b: &Matrix<'_>, bias: Option<&[f32]>) -> Vec<f32> {
         let (m, k, n) = (a.rows, a.columns, b.columns);
         assert_eq!(b.rows, k, "inner dimensions of the product");
         assert!(
@@ -505,6 +615,102 @@ mod products {
         let (d_input, d_output) = (a.columns, g.columns);
         let dw = product(&a.transposed(), &g, None);
         Some(tensor(dw, Shape::from(vec![d_input, d_output])))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// A `[rows, columns]` view of `values` with the given strides.
+        fn view(
+            values: &[f32],
+            [rows, columns]: [usize; 2],
+            [row, column]: [usize; 2],
+        ) -> Matrix<'_> {
+            Matrix {
+                values: Cow::Borrowed(values),
+                offset: 3,
+                rows,
+                columns,
+                row,
+                column,
+            }
+        }
+
+        /// Every element of the copy is the element of the view it came from, for views read
+        /// down their stored rows (row stride 1, the transpose of a weight) and with both
+        /// strides above 1, with edge tiles, on one thread and on several, into a kept buffer
+        /// that was larger and held other values.
+        #[test]
+        fn row_major_copies_every_element_of_any_view() {
+            let values: Vec<f32> = (0..300 * 700).map(|v| v as f32).collect();
+            let mut buffer = vec![f32::NAN; 400 * 400];
+            for (shape, strides) in [
+                ([37, 21], [1, 40]),
+                ([21, 37], [2, 90]),
+                ([300, 260], [1, 301]),
+                ([16, 16], [17, 1]),
+                ([5, 3], [1, 5]),
+            ] {
+                let m = view(&values, shape, strides);
+                let copy = m.row_major(&mut buffer);
+                let [rows, columns] = shape;
+                assert_eq!(
+                    (copy.rows, copy.columns, copy.row, copy.column),
+                    (rows, columns, columns, 1)
+                );
+                for i in 0..rows {
+                    for j in 0..columns {
+                        assert_eq!(
+                            copy.values[copy.offset + i * columns + j],
+                            values[3 + i * strides[0] + j * strides[1]],
+                            "{shape:?} {strides:?} at ({i}, {j})"
+                        );
+                    }
+                }
+            }
+        }
+
+        /// `product` with a strided `b`, copied first (`b` large enough) and read in place
+        /// (too few rows of `a`): both are `a · b` by the definition in `f64`.
+        #[test]
+        fn products_of_strided_b_copied_or_not_equal_the_definition() {
+            let values: Vec<f32> = (0..200 * 201)
+                .map(|v| ((v * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
+            let (k, n) = (190, 180);
+            assert!(k * n >= VALUES_TO_COPY_B);
+            let b = view(&values, [k, n], [1, 201]); // the transpose of a [180, 201] table
+            for m in [ROWS_TO_COPY_B - 1, ROWS_TO_COPY_B, 33] {
+                let a_values: Vec<f32> = (0..m * k)
+                    .map(|v| ((v * 13 % 29) as f32 - 14.0) / 14.0)
+                    .collect();
+                let a = Matrix {
+                    values: Cow::Borrowed(&a_values),
+                    offset: 0,
+                    rows: m,
+                    columns: k,
+                    row: k,
+                    column: 1,
+                };
+                let got = product(&a, &b, None);
+                for i in 0..m {
+                    for j in 0..n {
+                        let want: f64 = (0..k)
+                            .map(|t| {
+                                f64::from(a_values[i * k + t]) * f64::from(values[3 + t + j * 201])
+                            })
+                            .sum();
+                        let diff = (f64::from(got[i * n + j]) - want).abs();
+                        assert!(
+                            diff <= 1e-4 * (1.0 + want.abs()),
+                            "m = {m} at ({i}, {j}): {} against {want}",
+                            got[i * n + j]
+                        );
+                    }
+                }
+            }
+        }
     }
 }
 
