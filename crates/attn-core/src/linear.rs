@@ -464,8 +464,10 @@ mod products {
 
     /// [`product`] copies a `b` whose columns are strided into row-major order first (see
     /// [`Matrix::row_major`]) when `a` has at least this many rows and `b` at least
-    /// [`VALUES_TO_COPY_B`] values. A smaller `b` (128 KiB, four times a 32 KiB L1) stays in
-    /// cache while `gemm` packs it, and the copy would only add a pass.
+    /// [`VALUES_TO_COPY_B`] values and at most [`KEEP_VALUES`]. A smaller `b` (128 KiB, four
+    /// times a 32 KiB L1) stays in cache while `gemm` packs it, and the copy would only add a
+    /// pass; a larger one (a vocabulary-sized tied embedding) would need a fresh buffer of its
+    /// size at every call, zeroed page by page by the kernel.
     const ROWS_TO_COPY_B: usize = 8;
     const VALUES_TO_COPY_B: usize = 1 << 15;
 
@@ -478,14 +480,18 @@ mod products {
         static ROW_MAJOR: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     }
 
-    /// A thread keeps its [`ROW_MAJOR`] buffer up to this many values (32 MiB).
+    /// The largest `b` [`product`] copies (32 MiB): the most a thread's [`ROW_MAJOR`] buffer
+    /// holds.
     const KEEP_VALUES: usize = 8 << 20;
 
     /// `a · b` into a new `[a.rows, b.columns]` row-major vector; with `bias`, each row starts
     /// as `bias` and the product is added to it.
     fn product(a: &Matrix<'_>, b: &Matrix<'_>, bias: Option<&[f32]>) -> Vec<f32> {
         let (m, k, n) = (a.rows, a.columns, b.columns);
-        if b.column == 1 || m < ROWS_TO_COPY_B || k * n < VALUES_TO_COPY_B {
+        if b.column == 1
+            || m < ROWS_TO_COPY_B
+            || !(VALUES_TO_COPY_B..=KEEP_VALUES).contains(&(k * n))
+        {
             return gemm_product(a, b, bias);
         }
         assert!(b.in_bounds(), "matrix views inside their storage");
@@ -498,11 +504,7 @@ mod products {
                 Ok(buffer) => buffer,
                 Err(_) => &mut own,
             };
-            let out = gemm_product(a, &b.row_major(buffer), bias);
-            if buffer.capacity() > KEEP_VALUES {
-                *buffer = Vec::new();
-            }
-            out
+            gemm_product(a, &b.row_major(buffer), bias)
         })
     }
 
