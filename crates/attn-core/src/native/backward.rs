@@ -666,7 +666,7 @@ mod tests {
         let mut rng = SeededRng::new(23);
         let values =
             |rng: &mut SeededRng, n: usize| -> Vec<f32> { (0..n).map(|_| rng.unit()).collect() };
-        // Lengths on and off the block edges (6 to 192 queries, 48 to 192 keys), odd head sizes,
+        // Lengths on and off the block edges (6 to 192 queries, 16 to 192 keys), odd head sizes,
         // grouped heads, a mask, a bias and both causal offsets.
         for (trial, &(seq_len_q, seq_len_kv, d_head, d_value)) in [
             (5, 7, 3, 5),
@@ -737,7 +737,7 @@ mod tests {
                 },
                 BackwardBlocks {
                     queries: 32 * MR,
-                    keys: 4 * KEY_STEP,
+                    keys: 12 * KEY_STEP,
                     key_blocks_per_task: 1,
                 },
             ];
