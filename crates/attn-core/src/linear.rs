@@ -10,9 +10,10 @@
 //! `dW = xᵀ · dy`) write their outputs the same way. Strided views (a transposed weight, a
 //! tied embedding table seen as `[d_model, vocab]`) are read in place, except the second
 //! operand of a product too large for L1 whose columns are strided (`Wᵀ` in `dx = dy · Wᵀ`):
-//! that one is first copied tile by tile into a buffer each thread keeps, because `gemm`
-//! packs such an operand one element at a time, from rows a power of two apart that share
-//! two sets of L1. Under autodiff it is one graph node, as burn's own `linear` is.
+//! that one is first copied tile by tile into a buffer the calling thread keeps (at most 32
+//! MiB; a larger operand is left to `gemm`), because `gemm` packs such an operand one element
+//! at a time, from rows a power of two apart that share two sets of L1. Under autodiff it is
+//! one graph node, as burn's own `linear` is.
 //!
 //! A decoding step projects one token: `x` is `[1, d_input]` and every weight is read once
 //! from memory for two floating-point operations per value, so the step is bound by memory
