@@ -116,6 +116,10 @@ pub enum Workload {
     /// for `f32` products beside PyTorch's `torch/sgemm/forward`. Every layer and training
     /// case spends most of its time in such products.
     Sgemm,
+    /// The cores' `f32` multiply-add peak ([`crate::peak`]): independent chains of fused
+    /// multiply-adds on every worker thread, the ceiling of every other rate. It runs on the
+    /// CPU, whatever the device; only the CPU devices list it.
+    FmaPeak,
 }
 
 /// The training shapes: `attn-train`'s default run and two larger ones, all on the reverse
@@ -146,6 +150,25 @@ impl TrainShape {
             (d_model, n_heads, n_layers, d_ff);
         model.pos = attn_train::config::PosName::Learned.scheme(seq_len);
         config
+    }
+
+    /// Matrix-product flops of one forward pass of the update's model, counted as the layer
+    /// cases count them: per layer, the four projections, the feed-forward network's two
+    /// products and attention's `4·batch·seq_len²·d_model` (`q·kᵀ` and `weights·v` over every
+    /// head), then the output head, `[tokens, d_model]·[d_model, n_classes]`. The embeddings
+    /// are lookups, not products. The update as a whole is three times this (every product
+    /// has two in the backward pass).
+    pub fn forward_flops(self) -> f64 {
+        let config = self.config();
+        let model = &config.model;
+        let (batch, seq_len) = (config.batch_size as f64, config.task.seq_len as f64);
+        let tokens = batch * seq_len;
+        let (d_model, d_ff) = (model.d_model as f64, model.d_ff as f64);
+        let projections = 4.0 * 2.0 * tokens * d_model * d_model;
+        let feed_forward = 2.0 * 2.0 * tokens * d_model * d_ff;
+        let attention = 4.0 * batch * seq_len * seq_len * d_model;
+        let head = 2.0 * tokens * d_model * config.task.n_classes() as f64;
+        model.n_layers as f64 * (projections + feed_forward + attention) + head
     }
 }
 
@@ -274,6 +297,11 @@ pub const CASES: &[Case] = &[
         name: "sgemm",
         workload: Workload::Sgemm,
     },
+    Case {
+        implementation: "cpu",
+        name: "fma_peak",
+        workload: Workload::FmaPeak,
+    },
 ];
 
 /// Every case with every pass it runs.
@@ -331,14 +359,19 @@ impl Case {
             Workload::DecodeCached
             | Workload::DecodeRecompute
             | Workload::BurnDecodeCached
-            | Workload::Sgemm => &[Pass::Forward],
+            | Workload::Sgemm
+            | Workload::FmaPeak => &[Pass::Forward],
             _ => &Pass::ALL,
         }
     }
 
-    /// The sequence length of a case that ignores the requested sizes (a training shape's own).
+    /// The sequence length of a case that ignores the requested sizes (a training shape's
+    /// own; the multiply-add peak's 1).
     pub fn fixed_seq_len(&self) -> Option<usize> {
-        self.train_shape().map(|shape| shape.config().task.seq_len)
+        match self.workload {
+            Workload::FmaPeak => Some(1),
+            _ => self.train_shape().map(|shape| shape.config().task.seq_len),
+        }
     }
 
     /// `[batch, n_heads, seq_len, d_head]` of the case at `seq_len`.
@@ -362,6 +395,8 @@ impl Case {
             }
             // One `[s, s]` by `[s, s]` product.
             Workload::Sgemm => [1, 1, seq_len, seq_len],
+            // No tensors: the size is the threads'.
+            Workload::FmaPeak => [1, 1, seq_len, 0],
             Workload::AttnOneHead(_) => [BATCH, 1, seq_len, D_HEAD],
             // The layer cases' d_model is n_heads · d_head.
             _ => [BATCH, N_HEADS, seq_len, D_HEAD],
@@ -369,12 +404,13 @@ impl Case {
     }
 
     /// Whether the case can run on `device`: the native kernel runs on the CPU backends only
-    /// (`attn_core::native_serves`); every other case runs everywhere.
+    /// (`attn_core::native_serves`), and the multiply-add peak is listed with them; every
+    /// other case runs everywhere.
     pub fn runs_on(&self, device: &Device) -> bool {
         match self.workload {
-            Workload::Attn(Strategy::Native) | Workload::AttnOneHead(Strategy::Native) => {
-                attn_core::native_serves(device)
-            }
+            Workload::Attn(Strategy::Native)
+            | Workload::AttnOneHead(Strategy::Native)
+            | Workload::FmaPeak => attn_core::native_serves(device),
             _ => true,
         }
     }
@@ -397,12 +433,13 @@ impl Case {
             Workload::AttnEncoderBlock | Workload::BurnEncoderBlock => {
                 attention + projections + feed_forward
             }
-            Workload::Train(_)
-            | Workload::TrainTwoReplicas(_)
-            | Workload::BurnTrain(_)
-            | Workload::DecodeCached
-            | Workload::DecodeRecompute
-            | Workload::BurnDecodeCached => return None,
+            Workload::Train(shape)
+            | Workload::TrainTwoReplicas(shape)
+            | Workload::BurnTrain(shape) => shape.forward_flops(),
+            Workload::FmaPeak => return Some(crate::peak::flops(rayon::current_num_threads())),
+            Workload::DecodeCached | Workload::DecodeRecompute | Workload::BurnDecodeCached => {
+                return None;
+            }
         };
         Some(match pass {
             Pass::Forward => forward,
@@ -462,6 +499,11 @@ impl Case {
             Workload::DecodeCached => decode_cached(&device, seq_len),
             Workload::DecodeRecompute => decode_recompute(&device, seq_len),
             Workload::BurnDecodeCached => burn_decode_cached(&device, seq_len),
+            Workload::FmaPeak => Ok(Box::new(|| {
+                let sum = crate::peak::run();
+                anyhow::ensure!(sum.is_finite(), "the chains summed to {sum}");
+                Ok(())
+            })),
             Workload::Sgemm => {
                 let a = Tensor::<2>::random([seq_len, seq_len], normal, &device); // [s, s]
                 let b = Tensor::<2>::random([seq_len, seq_len], normal, &device); // [s, s]
@@ -824,9 +866,9 @@ mod tests {
             assert_eq!(&case.id(pass), id);
         }
         assert!(Case::by_id("attn/nothing/forward").is_err());
-        // Eleven cases with both passes; seven training, three decoding and one sgemm case with
-        // one.
-        assert_eq!(ids.len(), 33);
+        // Eleven cases with both passes; seven training, three decoding, one sgemm and one
+        // multiply-add peak case with one.
+        assert_eq!(ids.len(), 34);
     }
 
     #[test]
@@ -861,7 +903,14 @@ mod tests {
             Some(51_200.0 + 8.0 * 5.0 * 512.0 * 512.0 + 4.0 * 5.0 * 512.0 * 2048.0)
         );
         let (train, pass) = Case::by_id("attn/train_toy/forward_backward").expect("listed");
-        assert_eq!(train.flops(pass, 5), None);
+        // The toy update: 64 sequences of 16 tokens, d_model 64, d_ff 256, two layers.
+        let n_classes = TrainConfig::default().task.n_classes() as f64;
+        let layer =
+            8.0 * 1024.0 * 64.0 * 64.0 + 4.0 * 1024.0 * 64.0 * 256.0 + 4.0 * 64.0 * 256.0 * 64.0;
+        let head = 2.0 * 1024.0 * 64.0 * n_classes;
+        assert_eq!(train.flops(pass, 5), Some(3.0 * (2.0 * layer + head)));
+        let (decode, pass) = Case::by_id("attn/decode_cached/forward").expect("listed");
+        assert_eq!(decode.flops(pass, 5), None);
         let (sgemm, pass) = Case::by_id("burn/sgemm/forward").expect("listed");
         assert_eq!(sgemm.flops(pass, 5), Some(250.0));
     }

@@ -15,5 +15,6 @@
 pub mod cases;
 pub mod hf;
 pub mod machine;
+pub mod peak;
 pub mod record;
 pub mod timing;

@@ -154,8 +154,16 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
         .copied()
         .filter(|r| on_device(r, device) && r.peak_rss_mib.is_some())
         .collect();
-    sgemm_table(out, &table)?;
-    train_table(out, &table, &peaks, device)?;
+    // The cores' multiply-add peak: the median of its lines' rates (each line counts the
+    // threads and vector lanes of its own run).
+    let fma_rates: Vec<f64> = timed
+        .iter()
+        .filter(|r| r.case == FMA_PEAK)
+        .filter_map(|r| r.gflops)
+        .collect();
+    let fma_peak = median(&fma_rates);
+    sgemm_table(out, &table, fma_peak)?;
+    train_table(out, &table, &peaks, device, fma_peak)?;
     // The attention cases' memory runs; the training shapes' peaks are in their own table.
     let memory: Vec<&Record> = machine
         .records
@@ -171,8 +179,9 @@ fn render_machine(out: &mut String, machine: &MachineLines<'_>, device: &str) ->
 /// issue. Attention's flops are the case catalogue's count ([`Case::flops`]).
 ///
 /// The same products through burn's `matmul` on the device (`burn/sgemm/forward`), where
-/// measured, are stated beside PyTorch's.
-fn sgemm_table(out: &mut String, table: &Table) -> fmt::Result {
+/// measured, are stated beside PyTorch's, and both beside the cores' multiply-add peak
+/// (`cpu/fma_peak/forward`, [`attn_bench::peak`]) where it was measured.
+fn sgemm_table(out: &mut String, table: &Table, fma_peak: Option<f64>) -> fmt::Result {
     let rates_of = |implementation: &str| -> Vec<(usize, f64)> {
         table
             .iter()
@@ -183,15 +192,27 @@ fn sgemm_table(out: &mut String, table: &Table) -> fmt::Result {
     let listed = |rates: &[(usize, f64)]| -> String {
         let each: Vec<String> = rates
             .iter()
-            .map(|(n, rate)| format!("{rate:.0} GFLOP/s at {n}²"))
+            .map(|(n, rate)| match fma_peak {
+                Some(peak) => format!(
+                    "{rate:.0} GFLOP/s at {n}² ({:.0}% of the peak)",
+                    100.0 * rate / peak
+                ),
+                None => format!("{rate:.0} GFLOP/s at {n}²"),
+            })
             .collect();
         each.join(", ")
     };
     let (rates, burns) = (rates_of("torch"), rates_of("burn"));
-    if rates.is_empty() && burns.is_empty() {
+    if rates.is_empty() && burns.is_empty() && fma_peak.is_none() {
         return Ok(());
     }
     writeln!(out, "#### Against the machine's sgemm\n")?;
+    if let Some(peak) = fma_peak {
+        writeln!(
+            out,
+            "The cores' multiply-add peak (`cpu/fma_peak/forward`, every thread): {peak:.0} GFLOP/s.\n"
+        )?;
+    }
     if !rates.is_empty() {
         writeln!(out, "PyTorch's sgemm: {}.\n", listed(&rates))?;
     }
@@ -205,11 +226,7 @@ fn sgemm_table(out: &mut String, table: &Table) -> fmt::Result {
     let Some(best) = rates.iter().map(|r| r.1).reduce(f64::max) else {
         return Ok(());
     };
-    writeln!(
-        out,
-        "| pass | s | attn native ms | GFLOP/s | share of the best sgemm |"
-    )?;
-    writeln!(out, "|---|---:|---:|---:|---:|")?;
+    let mut rows = Vec::new();
     for pass in Pass::ALL {
         let (case, pass) = Case::by_id(&format!("attn/native/{}", pass.name()))
             .expect("the catalogue has the native cases");
@@ -225,15 +242,26 @@ fn sgemm_table(out: &mut String, table: &Table) -> fmt::Result {
                 continue;
             };
             let rate = flops / (native * 1e6);
-            writeln!(
-                out,
+            rows.push(format!(
                 "| {pass_name} | {s} | {} | {rate:.0} | {:.0}% |",
                 ms(Some(native)),
                 100.0 * rate / best
-            )?;
+            ));
         }
     }
-    writeln!(out)
+    // A round without the native kernel at s ≥ 2048 has no table, not an empty one.
+    if !rows.is_empty() {
+        writeln!(
+            out,
+            "| pass | s | attn native ms | GFLOP/s | share of the best sgemm |"
+        )?;
+        writeln!(out, "|---|---:|---:|---:|---:|")?;
+        for row in rows {
+            writeln!(out, "{row}")?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
 }
 
 /// The training shapes: milliseconds per update of each implementation (`attn`, burn's stack,
@@ -241,7 +269,17 @@ fn sgemm_table(out: &mut String, table: &Table) -> fmt::Result {
 /// peak resident memory where a line says it (`attn-bench --memory` for ours, the peer's own
 /// lines for PyTorch), as the whole process's peak and, in brackets, its growth over the
 /// process before the first update.
-fn train_table(out: &mut String, table: &Table, peaks: &[&Record], device: &str) -> fmt::Result {
+///
+/// The rates count the update's matrix products ([`attn_bench::cases::TrainShape::forward_flops`],
+/// the same count for every implementation), and `attn`'s share of the cores' multiply-add
+/// peak where it was measured: how much faster any implementation could still go.
+fn train_table(
+    out: &mut String,
+    table: &Table,
+    peaks: &[&Record],
+    device: &str,
+    fma_peak: Option<f64>,
+) -> fmt::Result {
     let shapes: Vec<(String, usize)> = table
         .keys()
         .filter(|k| k.1.starts_with("train_"))
@@ -255,9 +293,12 @@ fn train_table(out: &mut String, table: &Table, peaks: &[&Record], device: &str)
     writeln!(out, "#### Training updates on {device}, median ms\n")?;
     writeln!(
         out,
-        "| shape | seq_len | attn ms | burn ms | torch ms | attn / torch | attn peak MiB | burn peak MiB | torch peak MiB |"
+        "| shape | seq_len | attn ms | burn ms | torch ms | attn / torch | attn GFLOP/s | torch GFLOP/s | attn share of the peak | attn peak MiB | burn peak MiB | torch peak MiB |"
     )?;
-    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    writeln!(
+        out,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )?;
     for (case, seq_len) in shapes {
         let peak = |implementation: &str| {
             let lines: Vec<&&Record> = peaks
@@ -283,13 +324,24 @@ fn train_table(out: &mut String, table: &Table, peaks: &[&Record], device: &str)
             (Some(a), Some(t)) => format!("{:.2}×", t / a),
             _ => "—".to_string(),
         };
+        let flops = Case::by_id(&format!("attn/{case}/forward_backward"))
+            .ok()
+            .and_then(|(c, pass)| c.flops(pass, seq_len));
+        let rate = |ms: Option<f64>| ms.zip(flops).map(|(ms, flops)| flops / (ms * 1e6));
+        let gflops = |ms: Option<f64>| rate(ms).map_or("—".to_string(), |r| format!("{r:.0}"));
+        let share = match (rate(attn), fma_peak) {
+            (Some(r), Some(peak)) => format!("{:.0}%", 100.0 * r / peak),
+            _ => "—".to_string(),
+        };
         writeln!(
             out,
-            "| {} | {seq_len} | {} | {} | {} | {ratio} | {} | {} | {} |",
+            "| {} | {seq_len} | {} | {} | {} | {ratio} | {} | {} | {share} | {} | {} | {} |",
             case.trim_start_matches("train_"),
             ms(attn),
             ms(burn),
             ms(torch),
+            gflops(attn),
+            gflops(torch),
             peak("attn"),
             peak("burn"),
             peak("torch")
@@ -341,12 +393,16 @@ pub fn lookup(
 /// side): the machine's practical rate for `f32` products, which the native kernels are held to.
 pub const SGEMM: &str = "sgemm";
 
+/// The case of the cores' multiply-add peak (`cpu/fma_peak/forward`, [`attn_bench::peak`]): one line
+/// per run, at "sequence length" 1.
+pub const FMA_PEAK: &str = "fma_peak";
+
 /// The sequence lengths measured for `pass` (the training step, at its own size, has its line;
 /// the sgemm lines are sides of matrices, not sequence lengths).
 pub fn sizes_in(table: &Table, pass: &str) -> Vec<usize> {
     let mut sizes: Vec<usize> = table
         .keys()
-        .filter(|k| k.2 == pass && !k.1.starts_with("train_") && k.1 != SGEMM)
+        .filter(|k| k.2 == pass && !k.1.starts_with("train_") && k.1 != SGEMM && k.1 != FMA_PEAK)
         .map(|k| k.3)
         .collect();
     sizes.sort_unstable();
@@ -566,17 +622,42 @@ mod tests {
             train("attn", 99.0, 1, Some((59.0, 10.0))),
             // torch_train.py: the median of 200 steps and the process's peak.
             train("torch", 24.0, 200, Some((712.0, 680.0))),
+            // The multiply-add peak, twice the rate of attn's update (below).
+            Record {
+                implementation: "cpu".into(),
+                seq_len: 1,
+                gflops: Some(2.0 * toy_flops() / (30.0 * 1e6)),
+                ..line("cpu", FMA_PEAK, "A", 0.5)
+            },
         ];
         let report = render(&records, "flex");
-        assert!(
-            report.contains("| toy | 16 | 30.00 | — | 24.00 | 0.80× | 59 (+49) | — | 712 (+32) |"),
-            "{report}"
+        // The update's products at 30 and 24 ms.
+        let rate = |ms: f64| format!("{:.0}", toy_flops() / (ms * 1e6));
+        let row = format!(
+            "| toy | 16 | 30.00 | — | 24.00 | 0.80× | {} | {} | 50% | 59 (+49) | — | 712 (+32) |",
+            rate(30.0),
+            rate(24.0)
         );
+        assert!(report.contains(&row), "{row} in {report}");
+        // The peak is no row of the attention tables.
+        assert!(!report.contains("| 1 |"), "{report}");
         // The training shapes are not rows of the attention cases' memory table.
         assert!(
             !report.contains("attn/train_toy/forward_backward"),
             "{report}"
         );
+    }
+
+    /// The toy update's matrix-product flops: three times the forward's, counted by hand
+    /// from `attn-train`'s default shape (two layers, 64 sequences of 16 tokens, d_model 64,
+    /// d_ff 256) and the reverse task's classes.
+    fn toy_flops() -> f64 {
+        let n_classes = attn_train::TrainConfig::default().task.n_classes() as f64;
+        let tokens = 64.0 * 16.0;
+        let layer = 8.0 * tokens * 64.0 * 64.0
+            + 4.0 * tokens * 64.0 * 256.0
+            + 4.0 * 64.0 * 16.0 * 16.0 * 64.0;
+        3.0 * (2.0 * layer + 2.0 * tokens * 64.0 * n_classes)
     }
 
     #[test]
@@ -598,10 +679,27 @@ mod tests {
             at("attn", "native", "forward", 512, 1.0),
             // burn's matmul: 2 · 1024³ flops in 40 ms, 53.7 GFLOP/s.
             at("burn", SGEMM, "forward", 1024, 40.0),
+            // Two runs of the multiply-add peak, at 180 and 200 GFLOP/s: their median is 190.
+            Record {
+                gflops: Some(180.0),
+                ..at("cpu", FMA_PEAK, "forward", 1, 4.0)
+            },
+            Record {
+                gflops: Some(200.0),
+                ..at("cpu", FMA_PEAK, "forward", 1, 3.6)
+            },
         ];
         let report = render(&records, "flex");
         assert!(
-            report.contains("PyTorch's sgemm: 107 GFLOP/s at 1024², 172 GFLOP/s at 2048²."),
+            report.contains(
+                "The cores' multiply-add peak (`cpu/fma_peak/forward`, every thread): 190 GFLOP/s."
+            ),
+            "{report}"
+        );
+        assert!(
+            report.contains(
+                "PyTorch's sgemm: 107 GFLOP/s at 1024² (57% of the peak), 172 GFLOP/s at 2048² (90% of the peak)."
+            ),
             "{report}"
         );
         assert!(
@@ -613,9 +711,24 @@ mod tests {
             "{report}"
         );
         assert!(!report.contains("| forward | 512 |"), "{report}");
+        // Without the native kernel's lines, no table of them.
+        let sgemm_only: Vec<Record> = records
+            .iter()
+            .filter(|r| r.case != "native")
+            .cloned()
+            .collect();
+        let report_without = render(&sgemm_only, "flex");
+        assert!(
+            report_without.contains("PyTorch's sgemm"),
+            "{report_without}"
+        );
+        assert!(
+            !report_without.contains("share of the best sgemm"),
+            "{report_without}"
+        );
         assert!(
             report.contains(
-                "burn's `matmul` on this device (`burn/sgemm/forward`): 54 GFLOP/s at 1024²."
+                "burn's `matmul` on this device (`burn/sgemm/forward`): 54 GFLOP/s at 1024² (28% of the peak)."
             ),
             "{report}"
         );

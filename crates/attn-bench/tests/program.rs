@@ -45,7 +45,8 @@ fn json_lines(stdout: &str) -> Vec<Value> {
 fn the_list_has_every_case() {
     let stdout = attn_bench(&["--list"]);
     let ids: Vec<&str> = stdout.lines().collect();
-    assert_eq!(ids.len(), 33, "{stdout}");
+    assert_eq!(ids.len(), 34, "{stdout}");
+    assert!(ids.contains(&"cpu/fma_peak/forward"));
     assert!(ids.contains(&"attn/train_toy_2replicas/forward_backward"));
     assert!(ids.contains(&"attn/native_one_head/forward_backward"));
     assert!(ids.contains(&"attn/native/forward_backward"));
