@@ -24,6 +24,7 @@ use crate::attention::NeedWeights;
 use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, NormPlacement};
 use crate::error::{ModelError, check_nonzero};
 use crate::feed_forward::Activation;
+use crate::project::project;
 
 /// Configuration of a [`TokenEncoder`].
 ///
@@ -289,7 +290,7 @@ impl TokenEncoder {
         let x = self.embed(tokens); // [batch, seq_len, d_model]
         let x = self.dropout.forward(self.add_positions(x)?);
         let (x, weights) = self.encoder.run(x, padding, need_weights)?;
-        Ok((self.head.forward(x), weights)) // [batch, seq_len, n_classes]
+        Ok((project(&self.head, x), weights)) // [batch, seq_len, n_classes]
     }
 
     /// `Embedding(tokens) · √d_model` (or unscaled).
