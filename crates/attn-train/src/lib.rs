@@ -18,6 +18,7 @@
 //! - [`inspect`]: attention weights of every head, heatmaps, cue attention;
 //! - [`schedule`]: the learning rate, run by burn's schedulers;
 //! - [`clip`]: global-norm gradient clipping;
+//! - [`adam`]: burn's Adam with its step as one pass on flex;
 //! - [`random`]: the run's seeded ChaCha8 streams;
 //! - [`metrics`], [`plot`]: what is measured, and its pictures;
 //! - [`run_dir`], [`checkpoint`]: what a run writes where, and how it resumes;
@@ -36,6 +37,7 @@
 #![warn(missing_docs)]
 
 pub use attn_core::backend;
+pub mod adam;
 #[cfg(feature = "mimalloc")]
 pub mod allocator;
 pub mod checkpoint;

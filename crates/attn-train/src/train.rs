@@ -45,13 +45,11 @@ use std::time::Instant;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::loss::CrossEntropyLoss;
-use burn::optim::decay::WeightDecayConfig;
-use burn::optim::{
-    AdamConfig, AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer,
-};
+use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Tensor};
 use serde::Serialize;
 
+use crate::adam::FusedAdam;
 use crate::checkpoint::{self, TrainState};
 use crate::clip::clip_global_norm;
 use crate::config::{OptimConfig, OptimizerKind, Overrides, TrainConfig};
@@ -761,18 +759,17 @@ fn scored_positions(loss_fn: &CrossEntropyLoss, batch: &Batch) -> usize {
         .count()
 }
 
-/// burn's Adam or AdamW from the configuration. Clipping is done by [`clip_global_norm`]
-/// before the step (in [`update`]), not by burn's per-parameter clipping.
+/// Adam ([`FusedAdam`]: burn's, with its step as one pass on flex) or burn's AdamW from the
+/// configuration. Clipping is done by [`clip_global_norm`] before the step (in [`update`]), not
+/// by burn's per-parameter clipping.
 pub fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
     match o.kind {
-        OptimizerKind::Adam => AdamConfig::new()
-            .with_beta_1(o.beta_1)
-            .with_beta_2(o.beta_2)
-            .with_epsilon(o.epsilon)
-            .with_weight_decay(
-                (o.weight_decay > 0.0).then(|| WeightDecayConfig::new(o.weight_decay as f32)),
-            )
-            .init(),
+        OptimizerKind::Adam => ModuleOptimizer::from(FusedAdam::new(
+            o.beta_1,
+            o.beta_2,
+            o.epsilon,
+            (o.weight_decay > 0.0).then_some(o.weight_decay as f32),
+        )),
         OptimizerKind::Adamw => AdamWConfig::new()
             .with_beta_1(o.beta_1)
             .with_beta_2(o.beta_2)
