@@ -265,7 +265,10 @@ mod tests {
                             d.name
                         );
                     }
-                    let (s, t) = (our_state.as_ref().unwrap(), their_state.as_ref().unwrap());
+                    let (s, t) = (
+                        our_state.as_ref().expect("our state"),
+                        their_state.as_ref().expect("burn's state"),
+                    );
                     assert_eq!(s.momentum.time, t.momentum.time);
                     assert_eq!(
                         to_vec(s.momentum.moment_2.clone()),
