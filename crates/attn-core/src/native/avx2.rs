@@ -48,6 +48,7 @@ struct AccumulateTile<'a> {
     b: &'a [f32],
     c: &'a mut [f32],
     ldc: usize,
+    overwrite: bool,
 }
 
 impl pulp::NullaryFnOnce for AccumulateTile<'_> {
@@ -62,21 +63,33 @@ impl pulp::NullaryFnOnce for AccumulateTile<'_> {
             b,
             c,
             ldc,
+            overwrite,
         } = self;
-        kernels.accumulate_tile_inlined(a, lda, b, c, ldc);
+        kernels.accumulate_tile_inlined(a, lda, b, c, ldc, overwrite);
     }
 }
 
 impl Avx2 {
-    /// `c += a · b` on one `[MR, NR]` tile, the body of [`Kernels::accumulate_tile`].
+    /// `c += a · b` on one `[MR, NR]` tile (`c = a · b` with `overwrite`), the body of
+    /// [`Kernels::accumulate_tile`].
     #[inline(always)]
-    fn accumulate_tile_inlined(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+    fn accumulate_tile_inlined(
+        self,
+        a: &[f32],
+        lda: usize,
+        b: &[f32],
+        c: &mut [f32],
+        ldc: usize,
+        overwrite: bool,
+    ) {
         let s = self.0;
         let k = b.len() / NR;
         let mut acc = [[s.splat_f32x8(0.0); 2]; MR];
-        for (r, acc_row) in acc.iter_mut().enumerate() {
-            let c_row = &c[r * ldc..][..NR];
-            *acc_row = [load(c_row), load(&c_row[8..])];
+        if !overwrite {
+            for (r, acc_row) in acc.iter_mut().enumerate() {
+                let c_row = &c[r * ldc..][..NR];
+                *acc_row = [load(c_row), load(&c_row[8..])];
+            }
         }
         let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
         for (kk, b_row) in b.chunks_exact(NR).enumerate() {
@@ -124,7 +137,15 @@ impl Kernels for Avx2 {
     /// else, its accumulators can be spilled to the stack, depending on what surrounds it (the
     /// forward ran up to 2.7x slower at s = 512 when the pass's entry point changed shape).
     #[inline(always)]
-    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+    fn accumulate_tile(
+        self,
+        a: &[f32],
+        lda: usize,
+        b: &[f32],
+        c: &mut [f32],
+        ldc: usize,
+        overwrite: bool,
+    ) {
         self.0.vectorize(AccumulateTile {
             kernels: self,
             a,
@@ -132,6 +153,7 @@ impl Kernels for Avx2 {
             b,
             c,
             ldc,
+            overwrite,
         });
     }
 

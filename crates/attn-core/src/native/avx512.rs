@@ -43,6 +43,7 @@ struct AccumulateTiles<'a, const N: usize> {
     b: [&'a [f32]; N],
     c: &'a mut [f32],
     ldc: usize,
+    overwrite: bool,
 }
 
 impl<const N: usize> pulp::NullaryFnOnce for AccumulateTiles<'_, N> {
@@ -57,8 +58,9 @@ impl<const N: usize> pulp::NullaryFnOnce for AccumulateTiles<'_, N> {
             b,
             c,
             ldc,
+            overwrite,
         } = self;
-        kernels.accumulate_inlined(a, lda, b, c, ldc);
+        kernels.accumulate_inlined(a, lda, b, c, ldc, overwrite);
     }
 }
 
@@ -67,7 +69,8 @@ impl Avx512 {
     /// [`Kernels::accumulate_tile`] and [`Kernels::accumulate_tiles`]. Each broadcast of a
     /// value of `a` feeds `N` multiply-adds; for `N = 2` that is 24 accumulators, four rows of
     /// `b` and the broadcasts in 32 registers. Each tile's sums are the same, in the same
-    /// order, whatever `N` is.
+    /// order, whatever `N` is. With `overwrite` the sums start from zero instead of `c`
+    /// (`c = a · b`), and `c` is only written.
     #[inline(always)]
     fn accumulate_inlined<const N: usize>(
         self,
@@ -76,13 +79,16 @@ impl Avx512 {
         b: [&[f32]; N],
         c: &mut [f32],
         ldc: usize,
+        overwrite: bool,
     ) {
         let s = self.0;
         let k = b[0].len() / NR;
         let mut even = [[s.splat_f32x16(0.0); MR]; N];
-        for (t, tile) in even.iter_mut().enumerate() {
-            for (r, acc) in tile.iter_mut().enumerate() {
-                *acc = load(&c[r * ldc + t * NR..][..NR]);
+        if !overwrite {
+            for (t, tile) in even.iter_mut().enumerate() {
+                for (r, acc) in tile.iter_mut().enumerate() {
+                    *acc = load(&c[r * ldc + t * NR..][..NR]);
+                }
             }
         }
         let mut odd = [[s.splat_f32x16(0.0); MR]; N];
@@ -209,7 +215,15 @@ impl Kernels for Avx512 {
     /// else, its accumulators can be spilled to the stack, depending on what surrounds it (the
     /// forward ran up to 2.7x slower at s = 512 when the pass's entry point changed shape).
     #[inline(always)]
-    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+    fn accumulate_tile(
+        self,
+        a: &[f32],
+        lda: usize,
+        b: &[f32],
+        c: &mut [f32],
+        ldc: usize,
+        overwrite: bool,
+    ) {
         self.0.vectorize(AccumulateTiles {
             kernels: self,
             a,
@@ -217,12 +231,21 @@ impl Kernels for Avx512 {
             b: [b],
             c,
             ldc,
+            overwrite,
         });
     }
 
     /// Two tiles as one AVX-512 function, for the reason [`accumulate_tile`](Self::accumulate_tile) is one.
     #[inline(always)]
-    fn accumulate_tiles(self, a: &[f32], lda: usize, b: [&[f32]; 2], c: &mut [f32], ldc: usize) {
+    fn accumulate_tiles(
+        self,
+        a: &[f32],
+        lda: usize,
+        b: [&[f32]; 2],
+        c: &mut [f32],
+        ldc: usize,
+        overwrite: bool,
+    ) {
         self.0.vectorize(AccumulateTiles {
             kernels: self,
             a,
@@ -230,6 +253,7 @@ impl Kernels for Avx512 {
             b,
             c,
             ldc,
+            overwrite,
         });
     }
 

@@ -297,10 +297,40 @@ fn transposed_blocks<'a>(
 ) {
     let n_blocks = rows.len().div_ceil(block);
     let out = zeroed(out, n_blocks * width_p * block);
-    for (r, row) in rows.enumerate() {
-        let tile = &mut out[(r / block) * width_p * block..];
-        for (c, &x) in row.iter().enumerate() {
-            tile[c * block + r % block] = x;
+    // Up to GROUP rows of one block at a time, GROUP columns at a time: read along the rows
+    // into a local tile, written out along the columns as runs of up to GROUP values. Writing
+    // each value straight to its column scattered one store per value over `width` cache lines.
+    const GROUP: usize = 16;
+    let mut rows = rows.enumerate();
+    let mut group: [&[f32]; GROUP] = [&[]; GROUP];
+    loop {
+        let (mut n, mut first) = (0, 0);
+        for (r, row) in rows.by_ref() {
+            if n == 0 {
+                first = r;
+            }
+            group[n] = row;
+            n += 1;
+            if n == GROUP || (r + 1) % block == 0 {
+                break;
+            }
+        }
+        if n == 0 {
+            return;
+        }
+        let (tile, r0) = (&mut out[(first / block) * width_p * block..], first % block);
+        let width = group[0].len();
+        for c0 in (0..width).step_by(GROUP) {
+            let columns = GROUP.min(width - c0);
+            let mut local = [[0.0f32; GROUP]; GROUP];
+            for (r, row) in group[..n].iter().enumerate() {
+                for (c, &x) in row[c0..][..columns].iter().enumerate() {
+                    local[c][r] = x;
+                }
+            }
+            for (c, column) in local[..columns].iter().enumerate() {
+                tile[(c0 + c) * block + r0..][..n].copy_from_slice(&column[..n]);
+            }
         }
     }
 }
@@ -421,6 +451,12 @@ impl Pass for &mut BackwardTask<'_, '_> {
         row_panels(k_t_panels, k.clone(), d_head, seq_len_kv_padded);
         row_panels(v_t_panels, v, d_value, seq_len_kv_padded);
         column_panels(k_panels, k, d_head_nr, seq_len_kv_padded);
+        // The queries scaled once by `scale · log2 e`, as the forward scales them, so that `S`
+        // comes out of its product in base 2 (`q_t`, for `dK`, keeps them as they were).
+        let q_scale = p.scale * to_base_2;
+        for x in q_rows.iter_mut() {
+            *x *= q_scale;
+        }
         // D_i = do_i · o_i; lse in base 2.
         let d: Vec<f32> = d_out
             .zip(out)
@@ -453,10 +489,9 @@ impl Pass for &mut BackwardTask<'_, '_> {
                 {
                     continue;
                 }
-                // S = Q_I · K_Jᵀ and dP = dO_I · V_Jᵀ: [br, bc].
+                // S = Q_I · K_Jᵀ (the queries already scaled) and dP = dO_I · V_Jᵀ: [br, bc],
+                // written over what the buffers held.
                 let (s, dp) = (&mut s[..br * BC], &mut dp[..br * BC]);
-                s.fill(0.0);
-                dp.fill(0.0);
                 let a = &q_rows[i0 * d_head..];
                 let panels = &k_t_panels[j0 * d_head..];
                 kernels.gemm(Gemm {
@@ -469,6 +504,7 @@ impl Pass for &mut BackwardTask<'_, '_> {
                     panel_stride: d_head * NR,
                     c: s,
                     ldc: BC,
+                    overwrite: true,
                 });
                 let a = &d_out_rows[i0 * d_value..];
                 let panels = &v_t_panels[j0 * d_value..];
@@ -482,6 +518,7 @@ impl Pass for &mut BackwardTask<'_, '_> {
                     panel_stride: d_value * NR,
                     c: dp,
                     ldc: BC,
+                    overwrite: true,
                 });
 
                 for r in 0..br {
@@ -499,9 +536,6 @@ impl Pass for &mut BackwardTask<'_, '_> {
                             None => keys,
                         };
                         let (seen, hidden) = s_row.split_at_mut(visible);
-                        for x in seen.iter_mut() {
-                            *x *= p.scale * to_base_2;
-                        }
                         if let Some(bias) = &p.bias {
                             add_scaled(seen, bias.row(b, h, i, j0, visible), to_base_2);
                         }
@@ -535,6 +569,7 @@ impl Pass for &mut BackwardTask<'_, '_> {
                     panel_stride: BR * NR,
                     c,
                     ldc: BC,
+                    overwrite: false,
                 });
                 let a = &q_t[i0 * d_head_mr..];
                 let c = &mut dk_t[j0 * d_head_mr..];
@@ -548,6 +583,7 @@ impl Pass for &mut BackwardTask<'_, '_> {
                     panel_stride: BR * NR,
                     c,
                     ldc: BC,
+                    overwrite: false,
                 });
                 // dQ_I += dS · K_J: [br, d_head_nr], k = bc.
                 let panels = &k_panels[j0 * NR..];
@@ -562,6 +598,7 @@ impl Pass for &mut BackwardTask<'_, '_> {
                     panel_stride: seq_len_kv_padded * NR,
                     c,
                     ldc: d_head_nr,
+                    overwrite: false,
                 });
             }
         }
@@ -659,6 +696,41 @@ mod tests {
             }
         }
         [dq, dk, dv]
+    }
+
+    /// Each value lands where the layout says: row `r`, column `c` at
+    /// `[r / block][c][r % block]`, zeros everywhere else (padding columns, rows past the end),
+    /// whatever the buffer held before; for blocks shorter and longer than the copy's groups of
+    /// sixteen rows and widths on either side of its sixteen columns.
+    #[test]
+    fn transposed_blocks_puts_every_value_in_its_place() {
+        let mut rng = SeededRng::new(5);
+        let mut out = vec![f32::NAN; 7];
+        for (n, width, width_p, block) in [
+            (1, 1, 1, 6),
+            (13, 5, 6, 6),
+            (40, 17, 18, 16),
+            (100, 32, 36, 96),
+            (250, 33, 36, 192),
+            (37, 64, 64, 16),
+        ] {
+            let values: Vec<f32> = (0..n * width).map(|_| rng.unit() + 1.0).collect();
+            transposed_blocks(&mut out, values.chunks_exact(width), width_p, block);
+            let n_blocks = n.div_ceil(block);
+            assert_eq!(
+                out.len(),
+                n_blocks * width_p * block,
+                "{n} × {width}, block {block}"
+            );
+            let mut want = vec![0.0; out.len()];
+            for r in 0..n {
+                for c in 0..width {
+                    want[(r / block) * width_p * block + c * block + r % block] =
+                        values[r * width + c];
+                }
+            }
+            assert_eq!(out, want, "{n} × {width}, block {block}");
+        }
     }
 
     #[test]

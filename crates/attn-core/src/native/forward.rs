@@ -365,6 +365,7 @@ impl Pass for ForwardTask<'_, '_> {
                 panel_stride: PackedKeys::value_panel_stride(p),
                 c: &mut *o,
                 ldc: dv_padded,
+                overwrite: false,
             });
         }
 

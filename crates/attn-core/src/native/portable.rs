@@ -42,11 +42,21 @@ impl Kernels for Portable {
     }
 
     #[inline(always)]
-    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize) {
+    fn accumulate_tile(
+        self,
+        a: &[f32],
+        lda: usize,
+        b: &[f32],
+        c: &mut [f32],
+        ldc: usize,
+        overwrite: bool,
+    ) {
         let k = b.len() / NR;
         let mut acc = [[0.0f32; NR]; MR];
-        for (r, acc_row) in acc.iter_mut().enumerate() {
-            acc_row.copy_from_slice(&c[r * ldc..][..NR]);
+        if !overwrite {
+            for (r, acc_row) in acc.iter_mut().enumerate() {
+                acc_row.copy_from_slice(&c[r * ldc..][..NR]);
+            }
         }
         let a_rows: [&[f32]; MR] = std::array::from_fn(|r| &a[r * lda..][..k]);
         for (kk, b_row) in b.chunks_exact(NR).enumerate() {

@@ -38,8 +38,17 @@ pub(super) trait Kernels: Copy {
     fn scores_tile(self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize);
 
     /// `c[MR, NR] += a[MR, k] · b[k, NR]` with `a` row-major (row stride `lda`), `b` packed as
-    /// `[k][NR]`, `c` with row stride `ldc`.
-    fn accumulate_tile(self, a: &[f32], lda: usize, b: &[f32], c: &mut [f32], ldc: usize);
+    /// `[k][NR]`, `c` with row stride `ldc`; with `overwrite`, `c = a · b` (`c` is only
+    /// written, so it need not be zeroed first).
+    fn accumulate_tile(
+        self,
+        a: &[f32],
+        lda: usize,
+        b: &[f32],
+        c: &mut [f32],
+        ldc: usize,
+        overwrite: bool,
+    );
 
     /// [`scores_tile`](Self::scores_tile) on two panels of `b` side by side: `c[MR, 2·NR]`,
     /// its first [`NR`] columns from `b[0]` and the next from `b[1]`, each value the same sum
@@ -54,9 +63,17 @@ pub(super) trait Kernels: Copy {
     /// [`accumulate_tile`](Self::accumulate_tile) on two panels of `b` side by side, as
     /// [`scores_tiles`](Self::scores_tiles) is to `scores_tile`.
     #[inline(always)]
-    fn accumulate_tiles(self, a: &[f32], lda: usize, b: [&[f32]; 2], c: &mut [f32], ldc: usize) {
-        self.accumulate_tile(a, lda, b[0], c, ldc);
-        self.accumulate_tile(a, lda, b[1], &mut c[NR..], ldc);
+    fn accumulate_tiles(
+        self,
+        a: &[f32],
+        lda: usize,
+        b: [&[f32]; 2],
+        c: &mut [f32],
+        ldc: usize,
+        overwrite: bool,
+    ) {
+        self.accumulate_tile(a, lda, b[0], c, ldc, overwrite);
+        self.accumulate_tile(a, lda, b[1], &mut c[NR..], ldc, overwrite);
     }
 
     /// The largest value of `row`, `−∞` for an empty row.
@@ -98,6 +115,8 @@ impl<P: Pass, K: Kernels> pulp::NullaryFnOnce for Vectorized<P, K> {
 /// `c[m, n] += a[m, k] · b[k, n]`, a product of the backward pass: `a` row-major with row
 /// stride `lda`, `b` in panels of [`NR`] columns (`panel_stride` floats apart, each
 /// `[k][NR]`), `c` row-major with row stride `ldc`; `m` a multiple of [`MR`], `n` of [`NR`].
+/// With `overwrite`, `c = a · b`: the tiles are written without being read, so `c` need not
+/// be zeroed first.
 pub(super) struct Gemm<'a> {
     pub m: usize,
     pub n: usize,
@@ -108,6 +127,7 @@ pub(super) struct Gemm<'a> {
     pub panel_stride: usize,
     pub c: &'a mut [f32],
     pub ldc: usize,
+    pub overwrite: bool,
 }
 
 impl Pass for Gemm<'_> {
@@ -125,6 +145,7 @@ impl Pass for Gemm<'_> {
             panel_stride,
             c,
             ldc,
+            overwrite,
         } = self;
         let panel = |index: usize| &b[index * panel_stride..][..k * NR];
         let panels = n / NR;
@@ -135,9 +156,10 @@ impl Pass for Gemm<'_> {
                     &mut c[tile * MR * ldc + first * NR..],
                 );
                 if first + 1 < panels {
-                    kernels.accumulate_tiles(a, lda, [panel(first), panel(first + 1)], c, ldc);
+                    let pair = [panel(first), panel(first + 1)];
+                    kernels.accumulate_tiles(a, lda, pair, c, ldc, overwrite);
                 } else {
-                    kernels.accumulate_tile(a, lda, panel(first), c, ldc);
+                    kernels.accumulate_tile(a, lda, panel(first), c, ldc, overwrite);
                 }
             }
         }
@@ -176,12 +198,60 @@ mod tests {
             kernels.scores_tile(&a_packed, &b1, &mut singles[NR..], ldc);
             assert_eq!(bits(&pair), bits(&singles), "scores, k = {k}");
 
-            let mut pair = start.clone();
-            kernels.accumulate_tiles(&a_rows, lda, [&b0, &b1], &mut pair, ldc);
-            let mut singles = start;
-            kernels.accumulate_tile(&a_rows, lda, &b0, &mut singles, ldc);
-            kernels.accumulate_tile(&a_rows, lda, &b1, &mut singles[NR..], ldc);
-            assert_eq!(bits(&pair), bits(&singles), "accumulate, k = {k}");
+            for overwrite in [false, true] {
+                let mut pair = start.clone();
+                kernels.accumulate_tiles(&a_rows, lda, [&b0, &b1], &mut pair, ldc, overwrite);
+                let mut singles = start.clone();
+                kernels.accumulate_tile(&a_rows, lda, &b0, &mut singles, ldc, overwrite);
+                kernels.accumulate_tile(&a_rows, lda, &b1, &mut singles[NR..], ldc, overwrite);
+                assert_eq!(bits(&pair), bits(&singles), "accumulate, k = {k}");
+            }
+        }
+    }
+
+    /// `overwrite` computes `a · b` whatever `c` held (NaN here, which an accumulation would
+    /// keep), and adds `a · b` to `c` without it, both against the sums in `f64`.
+    struct OverwriteIgnoresC {
+        k: usize,
+        seed: u64,
+    }
+
+    impl Pass for OverwriteIgnoresC {
+        #[inline(always)]
+        fn run<K: Kernels>(self, kernels: K) {
+            let OverwriteIgnoresC { k, seed } = self;
+            let mut rng = SeededRng::new(seed);
+            let mut values = |n: usize| (0..n).map(|_| rng.unit()).collect::<Vec<f32>>();
+            let (lda, ldc) = (k + 1, NR + 3);
+            let (a, b, start) = (values(MR * lda), values(k * NR), values(MR * ldc));
+            let product = |r: usize, j: usize| -> f64 {
+                (0..k)
+                    .map(|t| f64::from(a[r * lda + t]) * f64::from(b[t * NR + j]))
+                    .sum()
+            };
+            let mut written = vec![f32::NAN; MR * ldc];
+            kernels.accumulate_tile(&a, lda, &b, &mut written, ldc, true);
+            let mut added = start.clone();
+            kernels.accumulate_tile(&a, lda, &b, &mut added, ldc, false);
+            for r in 0..MR {
+                for j in 0..NR {
+                    let want = product(r, j);
+                    let at = r * ldc + j;
+                    let tolerance = 1e-5 * (1.0 + want.abs()) * k as f64;
+                    assert!(
+                        (f64::from(written[at]) - want).abs() <= tolerance,
+                        "k = {k}"
+                    );
+                    let want = want + f64::from(start[at]);
+                    assert!((f64::from(added[at]) - want).abs() <= tolerance, "k = {k}");
+                }
+                // The columns past the tile are left as they were.
+                assert!(
+                    written[r * ldc + NR..][..ldc - NR]
+                        .iter()
+                        .all(|x| x.is_nan())
+                );
+            }
         }
     }
 
@@ -194,6 +264,22 @@ mod tests {
         ] {
             for (seed, k) in [1, 2, 7, 64, 255].into_iter().enumerate() {
                 instructions.run(PairsEqualSingles {
+                    k,
+                    seed: seed as u64,
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn overwrite_ignores_what_c_held() {
+        for instructions in [
+            Instructions::Best,
+            Instructions::Avx2,
+            Instructions::Portable,
+        ] {
+            for (seed, k) in [1, 2, 7, 32, 64].into_iter().enumerate() {
+                instructions.run(OverwriteIgnoresC {
                     k,
                     seed: seed as u64,
                 });
