@@ -17,6 +17,9 @@
 //! ([`Kernels::accumulate_tile`], through [`Gemm`]), with the operand it streams packed in panels of [`NR`]
 //! columns. `dV_J` and `dK_J` are accumulated transposed (`dV_Jᵀ += dO_Iᵀ · P_IJ`), so the
 //! weights are packed straight from their rows and nothing of size `[BR, BC]` is transposed.
+//! `S_IJ` and `dP_IJ` are written over their buffers (`Gemm::overwrite`), not zeroed and then
+//! accumulated, and the queries are scaled by `scale · log2 e` once per head, as the forward
+//! scales them, so `S_IJ` comes out of its product already in base 2.
 //! Causal attention skips the blocks above the diagonal. One task per (batch, query head),
 //! or per (batch, query head, range of keys) where that many tasks would leave threads idle
 //! ([`BackwardBlocks`]: the block sizes and the cut come from the machine); heads that share a
