@@ -255,35 +255,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn two_tiles_at_once_are_the_same_bits_as_one_at_a_time() {
+    /// Runs `pass(k, seed)` on every instruction set this machine has, for each `k` of `ks`.
+    fn on_every_instruction_set<P: Pass>(ks: &[usize], pass: impl Fn(usize, u64) -> P) {
         for instructions in [
             Instructions::Best,
             Instructions::Avx2,
             Instructions::Portable,
         ] {
-            for (seed, k) in [1, 2, 7, 64, 255].into_iter().enumerate() {
-                instructions.run(PairsEqualSingles {
-                    k,
-                    seed: seed as u64,
-                });
+            for (seed, &k) in ks.iter().enumerate() {
+                instructions.run(pass(k, seed as u64));
             }
         }
     }
 
     #[test]
+    fn two_tiles_at_once_are_the_same_bits_as_one_at_a_time() {
+        on_every_instruction_set(&[1, 2, 7, 64, 255], |k, seed| PairsEqualSingles { k, seed });
+    }
+
+    #[test]
     fn overwrite_ignores_what_c_held() {
-        for instructions in [
-            Instructions::Best,
-            Instructions::Avx2,
-            Instructions::Portable,
-        ] {
-            for (seed, k) in [1, 2, 7, 32, 64].into_iter().enumerate() {
-                instructions.run(OverwriteIgnoresC {
-                    k,
-                    seed: seed as u64,
-                });
-            }
-        }
+        on_every_instruction_set(&[1, 2, 7, 32, 64], |k, seed| OverwriteIgnoresC { k, seed });
     }
 }
