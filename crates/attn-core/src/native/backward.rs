@@ -29,6 +29,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
+use super::aligned::AlignedBuf;
 use super::instructions::Instructions;
 use super::problem::{Problem, Rows, add_scaled, apply_mask};
 use super::simd::{Gemm, Kernels, MR, NR, Pass};
@@ -204,37 +205,37 @@ pub(super) struct BackwardTask<'a, 'p> {
 #[derive(Default)]
 pub(super) struct Workspace {
     /// `q`, `[seq_len_q_mr, d_head]`.
-    q: Vec<f32>,
+    q: AlignedBuf,
     /// `qᵀ` by blocks of queries, `[n_query_blocks][d_head_mr][BR]`.
-    q_t: Vec<f32>,
+    q_t: AlignedBuf,
     /// `do`, `[seq_len_q_mr, d_value]`.
-    d_out: Vec<f32>,
+    d_out: AlignedBuf,
     /// `doᵀ` by blocks of queries, `[n_query_blocks][d_value_mr][BR]`.
-    d_out_t: Vec<f32>,
+    d_out_t: AlignedBuf,
     /// `k`, `[seq_len_kv, d_head]`, and `v`, `[seq_len_kv, d_value]`, gathered row by row
     /// from wherever their rows lie, so that the packing passes below read them from cache.
-    k_rows: Vec<f32>,
-    v_rows: Vec<f32>,
+    k_rows: AlignedBuf,
+    v_rows: AlignedBuf,
     /// `kᵀ` in panels of keys, `[seq_len_kv_padded / NR][d_head][NR]` (for `S = Q·Kᵀ`).
-    k_t_panels: Vec<f32>,
+    k_t_panels: AlignedBuf,
     /// `vᵀ` in panels of keys, `[seq_len_kv_padded / NR][d_value][NR]` (for `dP = dO·Vᵀ`).
-    v_t_panels: Vec<f32>,
+    v_t_panels: AlignedBuf,
     /// `k` in panels of `d_head` columns, `[d_head_nr / NR][seq_len_kv_padded][NR]` (for `dQ += dS·K`).
-    k_panels: Vec<f32>,
+    k_panels: AlignedBuf,
     /// `dq`, `[seq_len_q_mr, d_head_nr]`.
-    dq: Vec<f32>,
+    dq: AlignedBuf,
     /// `dkᵀ` by blocks of keys, `[n_key_blocks][d_head_mr][BC]`.
-    dk_t: Vec<f32>,
+    dk_t: AlignedBuf,
     /// `dvᵀ` by blocks of keys, `[n_key_blocks][d_value_mr][BC]`.
-    dv_t: Vec<f32>,
+    dv_t: AlignedBuf,
     /// `S`, then `P`, of one block pair: `[BR, BC]`.
-    s: Vec<f32>,
+    s: AlignedBuf,
     /// `dP`, then `dS`: `[BR, BC]`.
-    dp: Vec<f32>,
+    dp: AlignedBuf,
     /// `P` as `[BC / NR][BR][NR]`.
-    p_panels: Vec<f32>,
+    p_panels: AlignedBuf,
     /// `dS` as `[BC / NR][BR][NR]`.
-    ds_panels: Vec<f32>,
+    ds_panels: AlignedBuf,
 }
 
 /// A thread keeps its [`Workspace`] between calls up to this size; a larger one (long
@@ -266,21 +267,14 @@ impl Workspace {
     }
 }
 
-/// `buffer` as `len` zeros, keeping its allocation.
-fn zeroed(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    buffer.clear();
-    buffer.resize(len, 0.0);
-    buffer
-}
-
 /// Copies `rows` (`n` rows of `width`) into `[n_p, width]` (zeros past `n`).
 fn padded_rows<'a>(
-    out: &mut Vec<f32>,
+    out: &mut AlignedBuf,
     rows: impl Iterator<Item = &'a [f32]>,
     width: usize,
     n_p: usize,
 ) {
-    let out = zeroed(out, n_p * width);
+    let out = out.zeroed(n_p * width);
     for (row, dst) in rows.zip(out.chunks_exact_mut(width.max(1))) {
         dst.copy_from_slice(row);
     }
@@ -293,13 +287,22 @@ fn padded_rows<'a>(
 /// sets: a stride of `seq_len` floats, a power of two in the usual cases, would map them all
 /// to one set of L1.
 fn transposed_blocks<'a>(
-    out: &mut Vec<f32>,
+    out: &mut AlignedBuf,
     rows: impl ExactSizeIterator<Item = &'a [f32]>,
     width_p: usize,
     block: usize,
 ) {
     let n_blocks = rows.len().div_ceil(block);
-    let out = zeroed(out, n_blocks * width_p * block);
+    transposed_blocks_into(out.zeroed(n_blocks * width_p * block), rows, width_p, block);
+}
+
+/// [`transposed_blocks`] into `out`, zeros, at least as long as the blocks.
+fn transposed_blocks_into<'a>(
+    out: &mut [f32],
+    rows: impl ExactSizeIterator<Item = &'a [f32]>,
+    width_p: usize,
+    block: usize,
+) {
     // Up to GROUP rows of one block at a time, GROUP columns at a time: read along the rows
     // into a local tile, written out along the columns as runs of up to GROUP values. Writing
     // each value straight to its column scattered one store per value over `width` cache lines.
@@ -341,25 +344,25 @@ fn transposed_blocks<'a>(
 /// `rows` (`n` rows of `width`) as `[n_p / NR][width][NR]`: panel `t` holds rows
 /// `t·NR..(t+1)·NR` as columns (zeros past `n`).
 fn row_panels<'a>(
-    out: &mut Vec<f32>,
+    out: &mut AlignedBuf,
     rows: impl ExactSizeIterator<Item = &'a [f32]>,
     width: usize,
     n_p: usize,
 ) {
-    // Blocks of NR rows transposed are exactly these panels; then zero panels up to `n_p`.
-    transposed_blocks(out, rows, width, NR);
-    out.resize(n_p * width, 0.0);
+    // Blocks of NR rows transposed are exactly these panels, followed by zero panels up to
+    // `n_p`.
+    transposed_blocks_into(out.zeroed(n_p * width), rows, width, NR);
 }
 
 /// `rows` (`n` rows of `width`) as `[width_p / NR][n_p][NR]`: panel `t` holds columns
 /// `t·NR..(t+1)·NR` of every row (zeros past the edges).
 fn column_panels<'a>(
-    out: &mut Vec<f32>,
+    out: &mut AlignedBuf,
     rows: impl Iterator<Item = &'a [f32]>,
     width_p: usize,
     n_p: usize,
 ) {
-    let out = zeroed(out, width_p * n_p);
+    let out = out.zeroed(width_p * n_p);
     for (r, row) in rows.enumerate() {
         for (c, &x) in row.iter().enumerate() {
             out[((c / NR) * n_p + r) * NR + c % NR] = x;
@@ -467,13 +470,13 @@ impl Pass for &mut BackwardTask<'_, '_> {
             .collect();
         let lse_2: Vec<f32> = lse.iter().map(|&l| l * to_base_2).collect();
 
-        let dq = zeroed(dq, seq_len_q_mr * d_head_nr);
-        let dk_t = zeroed(dk_t, d_head_mr * seq_len_kv_blocks);
-        let dv_t = zeroed(dv_t, d_value_mr * seq_len_kv_blocks);
-        let s = zeroed(s, BR * BC);
-        let dp = zeroed(dp, BR * BC);
-        let p_panels = zeroed(p_panels, BC * BR);
-        let ds_panels = zeroed(ds_panels, BC * BR);
+        let dq = dq.zeroed(seq_len_q_mr * d_head_nr);
+        let dk_t = dk_t.zeroed(d_head_mr * seq_len_kv_blocks);
+        let dv_t = dv_t.zeroed(d_value_mr * seq_len_kv_blocks);
+        let s = s.zeroed(BR * BC);
+        let dp = dp.zeroed(BR * BC);
+        let p_panels = p_panels.zeroed(BC * BR);
+        let ds_panels = ds_panels.zeroed(BC * BR);
 
         // The last range runs on into the padding; the others end on a block edge.
         let blocks_end = if key_end == seq_len_kv {
@@ -708,7 +711,8 @@ mod tests {
     #[test]
     fn transposed_blocks_puts_every_value_in_its_place() {
         let mut rng = SeededRng::new(5);
-        let mut out = vec![f32::NAN; 7];
+        let mut out = AlignedBuf::default();
+        out.fit(7).fill(f32::NAN);
         for (n, width, width_p, block) in [
             (1, 1, 1, 6),
             (13, 5, 6, 6),
@@ -732,7 +736,7 @@ mod tests {
                         values[r * width + c];
                 }
             }
-            assert_eq!(out, want, "{n} × {width}, block {block}");
+            assert_eq!(*out, want[..], "{n} × {width}, block {block}");
         }
     }
 

@@ -34,10 +34,12 @@
 //! widest implementation the CPU has (`portable.rs`, `avx2.rs`, `avx512.rs`), picked at run
 //! time through [`pulp`]'s feature detection. None needs `unsafe`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::mem::take;
 
 use rayon::prelude::*;
 
+use super::aligned::AlignedBuf;
 use super::instructions::Instructions;
 use super::problem::{Problem, add_scaled, apply_mask};
 use super::simd::{Gemm, Kernels, MR, NR, Pass};
@@ -129,11 +131,24 @@ thread_local! {
 /// `v` in panels of [`NR`] value columns, `[n_value_panels][seq_len_kv][NR]` (zero past
 /// `d_value`). Each micro-kernel step then reads one contiguous row of [`NR`] values.
 struct PackedKeys {
-    k_panels: Vec<f32>,
-    v_panels: Vec<f32>,
+    k_panels: AlignedBuf,
+    v_panels: AlignedBuf,
     n_key_panels: usize,
     n_value_panels: usize,
 }
+
+thread_local! {
+    /// The calling thread's [`PackedKeys`] buffers, kept from call to call up to
+    /// [`KEEP_PACKED_BYTES`]: allocating and zeroing a few megabytes per call took about a
+    /// tenth of the forward at s = 512 (with the kernel's pages faulted in again in some
+    /// processes). Taken out while in use, so a call nested in another (a rayon worker that
+    /// steals a second forward) packs into buffers of its own.
+    static PACKED: Cell<Option<(AlignedBuf, AlignedBuf)>> = const { Cell::new(None) };
+}
+
+/// The calling thread keeps its packed keys and values between calls up to this size; larger
+/// ones (long sequences, where an allocation costs little next to the work) are freed.
+const KEEP_PACKED_BYTES: usize = 16 << 20;
 
 impl PackedKeys {
     fn new(p: &Problem) -> Self {
@@ -142,8 +157,19 @@ impl PackedKeys {
         let k_len = n_key_panels * p.d_head * NR;
         let v_len = n_value_panels * p.seq_len_kv * NR;
         let n_kv = p.batch * p.n_kv_heads;
-        let mut k_panels = vec![0.0; n_kv * k_len];
-        let mut v_panels = vec![0.0; n_kv * v_len];
+        let (mut k_panels, mut v_panels) = PACKED.take().unwrap_or_default();
+        // Every value is written below except the padding: keys past `seq_len_kv` in the last
+        // key panel, columns past `d_value` in the last value panel. Their products are never
+        // read, but a buffer kept from another call could hold anything there (NaN, subnormals
+        // that are slow to multiply on some processors), so where there is padding the
+        // buffers start from zeros.
+        if p.seq_len_kv.is_multiple_of(NR) && p.d_value.is_multiple_of(NR) {
+            k_panels.fit(n_kv * k_len);
+            v_panels.fit(n_kv * v_len);
+        } else {
+            k_panels.zeroed(n_kv * k_len);
+            v_panels.zeroed(n_kv * v_len);
+        }
         k_panels
             .par_chunks_mut(k_len)
             .zip(v_panels.par_chunks_mut(v_len))
@@ -202,6 +228,17 @@ impl PackedKeys {
     }
 }
 
+impl Drop for PackedKeys {
+    fn drop(&mut self) {
+        let bytes = (self.k_panels.capacity() + self.v_panels.capacity()) * size_of::<f32>();
+        if bytes <= KEEP_PACKED_BYTES {
+            let buffers = (take(&mut self.k_panels), take(&mut self.v_panels));
+            // A thread being torn down has no buffers to keep.
+            let _ = PACKED.try_with(|packed| packed.set(Some(buffers)));
+        }
+    }
+}
+
 /// Per-thread buffers, reused from task to task and call to call.
 #[derive(Default)]
 struct Scratch {
@@ -210,11 +247,11 @@ struct Scratch {
     q_rows: Vec<f32>,
     /// Queries times `scale · log2 e`, packed by tiles of [`MR`] rows as
     /// `[BLOCK_Q / MR][d_head][MR]`, zero past the last query.
-    q: Vec<f32>,
+    q: AlignedBuf,
     /// Scores, then weights, of one key block: `[BLOCK_Q, BLOCK_KV]` at most.
-    s: Vec<f32>,
+    s: AlignedBuf,
     /// Unnormalised output `[BLOCK_Q, d_value_padded]`.
-    o: Vec<f32>,
+    o: AlignedBuf,
     /// Running row maximum (base 2).
     m: Vec<f32>,
     /// Running row denominator.
@@ -224,9 +261,9 @@ struct Scratch {
 impl Scratch {
     /// Sizes the buffers for `p` (their contents are set before they are read).
     fn fit(&mut self, p: &Problem, keys: &PackedKeys, block_q: usize, block_kv: usize) {
-        self.q.resize(block_q * p.d_head, 0.0);
-        self.s.resize(block_q * block_kv, 0.0);
-        self.o.resize(block_q * keys.n_value_panels * NR, 0.0);
+        self.q.fit(block_q * p.d_head);
+        self.s.fit(block_q * block_kv);
+        self.o.fit(block_q * keys.n_value_panels * NR);
         self.m.resize(block_q, 0.0);
         self.l.resize(block_q, 0.0);
     }
@@ -597,6 +634,65 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The packed keys and values are kept on the calling thread from one call to the next:
+    /// a call whose keys and value columns fill their panels leaves NaN in them (from NaN
+    /// inputs), and nothing of it may reach the next call, whose last panels are padded.
+    #[test]
+    fn padding_is_zero_in_buffers_kept_from_the_call_before() {
+        let problem =
+            |q: &'static [f32], k: &'static [f32], v: &'static [f32], dims: [usize; 4]| {
+                let [seq_len_q, seq_len_kv, d_head, d_value] = dims;
+                Problem {
+                    q: Rows::row_major(q, [1, 1, seq_len_q, d_head]),
+                    k: Rows::row_major(k, [1, 1, seq_len_kv, d_head]),
+                    v: Rows::row_major(v, [1, 1, seq_len_kv, d_value]),
+                    batch: 1,
+                    n_heads: 1,
+                    n_kv_heads: 1,
+                    seq_len_q,
+                    seq_len_kv,
+                    d_head,
+                    d_value,
+                    scale: 0.25,
+                    mask: None,
+                    bias: None,
+                    causal_offset: None,
+                }
+            };
+        let leak = |x: Vec<f32>| -> &'static [f32] { x.leak() };
+        // Whole panels: 64 keys, 32 value columns, every packed value NaN.
+        let full = problem(
+            leak(vec![0.5; 3 * 16]),
+            leak(vec![f32::NAN; 64 * 16]),
+            leak(vec![f32::NAN; 64 * 32]),
+            [3, 64, 16, 32],
+        );
+        let mut context = vec![0.0; 3 * 32];
+        attention(&full, &mut context, None);
+        assert!(
+            context.iter().all(|x| x.is_nan()),
+            "NaN keys give NaN context"
+        );
+        // 20 keys and 10 value columns: the last key panel and the value panel are padded.
+        let mut rng = SeededRng::new(8);
+        let padded = problem(
+            leak(values(&mut rng, 3 * 16, 1.0)),
+            leak(values(&mut rng, 20 * 16, 1.0)),
+            leak(values(&mut rng, 20 * 10, 1.0)),
+            [3, 20, 16, 10],
+        );
+        let (want, _) = reference(&padded);
+        let mut context = vec![f32::NAN; want.len()];
+        attention(&padded, &mut context, None);
+        assert_close_slices(
+            &context,
+            &want,
+            1e-5,
+            1e-5,
+            "padded after NaN-filled panels",
+        );
     }
 
     #[test]

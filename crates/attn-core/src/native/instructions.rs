@@ -2,6 +2,12 @@
 //! dispatch from a [`Pass`] to the widest [`Kernels`](super::simd::Kernels) the CPU has.
 //!
 //! This file names the instruction sets and the SIMD layer, never a pass; the passes name it.
+//!
+//! `ATTN_NATIVE_ISA=avx2` (or `portable`) caps what [`Instructions::Best`] picks, to measure
+//! the narrower kernels on a machine that has wider ones (as PyTorch's `ATEN_CPU_CAPABILITY`
+//! does for its own); `avx512` is the default cap. Any other value is an error naming it.
+
+use std::sync::OnceLock;
 
 use super::portable::Portable;
 use super::simd::Pass;
@@ -15,10 +21,8 @@ pub(super) enum Instructions {
     Best,
     /// AVX2 + FMA where the CPU has them, else [`Portable`] (so that tests cover the AVX2
     /// loops on machines with AVX-512 too).
-    #[cfg_attr(not(test), allow(dead_code))]
     Avx2,
     /// [`Portable`] everywhere (so that tests cover it on every machine).
-    #[cfg_attr(not(test), allow(dead_code))]
     Portable,
 }
 
@@ -26,6 +30,15 @@ impl Instructions {
     /// Runs `pass` with the widest vectors `self` allows and the CPU has: inside
     /// `vectorize` for AVX-512 or AVX2 + FMA, so that the pass is compiled for them.
     pub(super) fn run<P: Pass>(self, pass: P) {
+        let this = if self == Instructions::Best {
+            capped()
+        } else {
+            self
+        };
+        this.run_on_the_cpu(pass);
+    }
+
+    fn run_on_the_cpu<P: Pass>(self, pass: P) {
         #[cfg(target_arch = "x86_64")]
         if self == Instructions::Best
             && let Some(simd) = pulp::x86::V4::try_new()
@@ -39,5 +52,41 @@ impl Instructions {
             return simd.vectorize(Vectorized(pass, super::avx2::Avx2(simd)));
         }
         pass.run(Portable);
+    }
+}
+
+/// [`Instructions::Best`] as capped by `ATTN_NATIVE_ISA`, read once per process.
+fn capped() -> Instructions {
+    static CAP: OnceLock<Instructions> = OnceLock::new();
+    *CAP.get_or_init(|| match std::env::var("ATTN_NATIVE_ISA") {
+        Err(_) => Instructions::Best,
+        Ok(text) => parse_cap(&text).unwrap_or_else(|why| panic!("{why}")),
+    })
+}
+
+fn parse_cap(text: &str) -> Result<Instructions, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "avx512" | "" => Ok(Instructions::Best),
+        "avx2" => Ok(Instructions::Avx2),
+        "portable" => Ok(Instructions::Portable),
+        _ => Err(format!(
+            "ATTN_NATIVE_ISA={text:?}: expected one of avx512, avx2, portable"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_names_an_instruction_set_or_is_refused() {
+        assert_eq!(parse_cap("AVX2"), Ok(Instructions::Avx2));
+        assert_eq!(parse_cap("portable"), Ok(Instructions::Portable));
+        assert_eq!(parse_cap("avx512"), Ok(Instructions::Best));
+        let Err(why) = parse_cap("sse4") else {
+            panic!("sse4 was accepted as a cap");
+        };
+        assert!(why.contains("\"sse4\"") && why.contains("avx2"), "{why}");
     }
 }

@@ -34,6 +34,7 @@
 //! instruction-set file changes.
 
 mod activation;
+mod aligned;
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
