@@ -487,20 +487,8 @@ mod tests {
         mask[10] = false;
         mask[2900] = false;
         let problem = Problem {
-            q: Rows::row_major(&q, [1, 1, seq_len_q, d_head]),
-            k: Rows::row_major(&k, [1, 1, seq_len_kv, d_head]),
-            v: Rows::row_major(&v, [1, 1, seq_len_kv, d_value]),
-            batch: 1,
-            n_heads: 1,
-            n_kv_heads: 1,
-            seq_len_q,
-            seq_len_kv,
-            d_head,
-            d_value,
-            scale: 1.0,
             mask: Some(Broadcast::new(&mask, [1, 1, seq_len_q, seq_len_kv])),
-            bias: None,
-            causal_offset: None,
+            ..Problem::one_head(&q, &k, &v, [seq_len_q, seq_len_kv, d_head, d_value], 1.0)
         };
         let (mut context, mut lse) = (vec![f32::NAN; 4], vec![f32::NAN; 2]);
         attention(&problem, &mut context, Some(&mut lse));

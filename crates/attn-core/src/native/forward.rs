@@ -641,26 +641,9 @@ mod tests {
     /// inputs), and nothing of it may reach the next call, whose last panels are padded.
     #[test]
     fn padding_is_zero_in_buffers_kept_from_the_call_before() {
-        let problem =
-            |q: &'static [f32], k: &'static [f32], v: &'static [f32], dims: [usize; 4]| {
-                let [seq_len_q, seq_len_kv, d_head, d_value] = dims;
-                Problem {
-                    q: Rows::row_major(q, [1, 1, seq_len_q, d_head]),
-                    k: Rows::row_major(k, [1, 1, seq_len_kv, d_head]),
-                    v: Rows::row_major(v, [1, 1, seq_len_kv, d_value]),
-                    batch: 1,
-                    n_heads: 1,
-                    n_kv_heads: 1,
-                    seq_len_q,
-                    seq_len_kv,
-                    d_head,
-                    d_value,
-                    scale: 0.25,
-                    mask: None,
-                    bias: None,
-                    causal_offset: None,
-                }
-            };
+        let problem = |q: &'static [f32], k: &'static [f32], v: &'static [f32], dims| {
+            Problem::one_head(q, k, v, dims, 0.25)
+        };
         let leak = |x: Vec<f32>| -> &'static [f32] { x.leak() };
         // Whole panels: 64 keys, 32 value columns, every packed value NaN.
         let full = problem(

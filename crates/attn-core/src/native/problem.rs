@@ -152,6 +152,36 @@ pub(crate) struct Problem<'a> {
     pub causal_offset: Option<i64>,
 }
 
+#[cfg(test)]
+impl<'a> Problem<'a> {
+    /// One batch, one head, row-major `q`, `k`, `v` of
+    /// `[seq_len_q, seq_len_kv, d_head, d_value]`, no mask, bias or causal offset.
+    pub fn one_head(
+        q: &'a [f32],
+        k: &'a [f32],
+        v: &'a [f32],
+        [seq_len_q, seq_len_kv, d_head, d_value]: [usize; 4],
+        scale: f32,
+    ) -> Self {
+        Problem {
+            q: Rows::row_major(q, [1, 1, seq_len_q, d_head]),
+            k: Rows::row_major(k, [1, 1, seq_len_kv, d_head]),
+            v: Rows::row_major(v, [1, 1, seq_len_kv, d_value]),
+            batch: 1,
+            n_heads: 1,
+            n_kv_heads: 1,
+            seq_len_q,
+            seq_len_kv,
+            d_head,
+            d_value,
+            scale,
+            mask: None,
+            bias: None,
+            causal_offset: None,
+        }
+    }
+}
+
 /// `row += scale · bias` over the visible keys.
 #[inline(always)]
 pub(super) fn add_scaled(row: &mut [f32], bias: Row<'_, f32>, scale: f32) {
