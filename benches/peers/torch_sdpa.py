@@ -18,8 +18,8 @@ Cases:
   after the others: the machine's practical rate for f32 matrix products, 2n^3 flops, which
   `attn-bench report` holds the native kernel to. Not run with `--quick`.
 
-Each case runs once to warm up, then repeats until it has both a minimum number of runs and a
-minimum time, as the Rust program does; the line reports the median. FLOPs count matrix
+Each case runs untimed to warm up (once at least, for half a second, 50 ms with --quick), then
+repeats until it has both a minimum number of runs and a minimum time, as the Rust program does; the line reports the median. FLOPs count matrix
 products only: attention forward is 4 * batch * n_heads * s^2 * d_head, forward plus backward
 three times that.
 
@@ -42,9 +42,10 @@ D_FF = 4 * D_MODEL
 SIZES = [128, 512, 2048, 4096]
 QUICK_SIZES = [128, 512]
 SGEMM_SIZES = [1024, 2048]
-# (min_reps, max_reps, target seconds, max seconds): the budgets of crates/attn-bench/src/timing.rs.
-FULL = (5, 200, 2.0, 20.0)
-QUICK = (3, 50, 0.25, 3.0)
+# (warm-up seconds, min_reps, max_reps, target seconds, max seconds): the budgets of
+# crates/attn-bench/src/timing.rs.
+FULL = (0.5, 5, 200, 2.0, 20.0)
+QUICK = (0.05, 3, 50, 0.25, 3.0)
 
 
 def parse_args():
@@ -93,9 +94,12 @@ def selected(case_id, filters):
 
 
 def measure(step, budget):
-    """One warm-up run, then runs until the budget says stop; milliseconds."""
-    min_reps, max_reps, target, max_time = budget
+    """Untimed runs for the warm-up (one at least), then runs until the budget says stop; ms."""
+    warm_up, min_reps, max_reps, target, max_time = budget
+    warm_up_start = time.perf_counter()
     step()
+    while time.perf_counter() - warm_up_start < warm_up:
+        step()
     times = []
     start = time.perf_counter()
     while len(times) < max_reps:

@@ -1,6 +1,6 @@
-//! How a case is timed: one warm-up run (allocator pools, GPU kernel compilation), then runs
-//! until the case has both a minimum number of runs and a minimum time; the line reports the
-//! median.
+//! How a case is timed: warm-up runs (allocator pools, GPU kernel compilation, idle cores woken)
+//! for at least one run and the budget's warm-up time, then runs until the case has both a
+//! minimum number of runs and a minimum time; the line reports the median.
 //! The device is synchronised before the clock stops, so lazy backends are timed in full.
 
 use std::time::{Duration, Instant};
@@ -11,10 +11,12 @@ use burn::tensor::{Device, Tensor};
 use crate::cases::{Case, Pass, Step};
 use crate::record::Record;
 
-/// How long each case runs: until it has `min_reps` runs and `target` time, but never past
-/// `max_reps` runs or (once it has 3 runs) `max_time`.
+/// How long each case runs: untimed for one run and `warm_up`, then until it has `min_reps`
+/// runs and `target` time, but never past `max_reps` runs or (once it has 3 runs) `max_time`.
 #[derive(Clone, Copy, Debug)]
 pub struct Budget {
+    /// Time the untimed runs take at least (one run at least, whatever its length).
+    pub warm_up: Duration,
     /// Runs a case always gets (unless `max_time` passes after 3).
     pub min_reps: usize,
     /// Runs a case never exceeds.
@@ -27,6 +29,7 @@ pub struct Budget {
 
 /// The budget of a full run.
 pub const FULL: Budget = Budget {
+    warm_up: Duration::from_millis(500),
     min_reps: 5,
     max_reps: 200,
     target: Duration::from_secs(2),
@@ -35,6 +38,7 @@ pub const FULL: Budget = Budget {
 
 /// The budget of the short set.
 pub const QUICK: Budget = Budget {
+    warm_up: Duration::from_millis(50),
     min_reps: 3,
     max_reps: 50,
     target: Duration::from_millis(250),
@@ -64,12 +68,22 @@ pub fn time_case(
     }
 }
 
-/// Times `step`: one warm-up run, then runs until the budget says stop. Milliseconds.
+/// Times `step`: untimed runs for the budget's warm-up (one at least), then runs until the
+/// budget says stop. Milliseconds.
+///
+/// The warm-up is timed, not counted, so that a case of a fraction of a millisecond is timed
+/// only once the process is in its steady state: on a virtual machine an idle core is woken
+/// slowly until the host sees it busy, and the first tenth of a second of a process ran such a
+/// case up to twice as slow as the same case later in the process.
 ///
 /// # Errors
 /// The first error of a run.
 pub fn measure(step: &mut Step, budget: &Budget) -> Result<Vec<f64>> {
+    let warm_up = Instant::now();
     step()?;
+    while warm_up.elapsed() < budget.warm_up {
+        step()?;
+    }
     let start = Instant::now();
     let mut times = Vec::new();
     while times.len() < budget.max_reps {
@@ -141,6 +155,7 @@ mod tests {
         });
         // A zero target: the minimum number of runs ends it.
         let budget = Budget {
+            warm_up: Duration::ZERO,
             min_reps: 5,
             max_reps: 7,
             target: Duration::ZERO,
@@ -155,6 +170,35 @@ mod tests {
             ..budget
         };
         assert_eq!(measure(&mut step, &budget).expect("never fails").len(), 7);
+    }
+
+    #[test]
+    fn the_timed_runs_start_once_the_warm_up_time_has_passed() {
+        let starts = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let log = starts.clone();
+        let mut step: Step = Box::new(move || {
+            log.borrow_mut().push(Instant::now());
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(())
+        });
+        let budget = Budget {
+            warm_up: Duration::from_millis(20),
+            min_reps: 3,
+            max_reps: 3,
+            target: Duration::ZERO,
+            max_time: Duration::from_secs(60),
+        };
+        let before = Instant::now();
+        let times = measure(&mut step, &budget).expect("the step never fails");
+        assert_eq!(times.len(), 3);
+        let starts = starts.borrow();
+        let warm_up_runs = starts.len() - times.len();
+        assert!(warm_up_runs >= 1, "no untimed run");
+        let waited = starts[warm_up_runs].duration_since(before);
+        assert!(
+            waited >= budget.warm_up,
+            "the first timed run started {waited:?} after the call, inside the 20 ms warm-up"
+        );
     }
 
     #[test]
