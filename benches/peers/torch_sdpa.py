@@ -19,9 +19,9 @@ Cases:
   `attn-bench report` holds the native kernel to. Not run with `--quick`.
 
 Each case runs untimed to warm up (once at least, for half a second, 50 ms with --quick), then
-repeats until it has both a minimum number of runs and a minimum time, as the Rust program does; the line reports the median. FLOPs count matrix
-products only: attention forward is 4 * batch * n_heads * s^2 * d_head, forward plus backward
-three times that.
+repeats until it has both a minimum number of runs and a minimum time, as the Rust program does;
+the line reports the median. FLOPs count matrix products only: attention forward is
+4 * batch * n_heads * s^2 * d_head, forward plus backward three times that.
 
 Every line names its machine as the Rust program's lines do: `cpu` (the `model name` of
 /proc/cpuinfo, `unknown` where there is none) and `cpu_features` (the instruction sets of the

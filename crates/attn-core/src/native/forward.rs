@@ -653,17 +653,13 @@ mod tests {
     /// inputs), and nothing of it may reach the next call, whose last panels are padded.
     #[test]
     fn padding_is_zero_in_buffers_kept_from_the_call_before() {
-        let problem = |q: &'static [f32], k: &'static [f32], v: &'static [f32], dims| {
-            Problem::one_head(q, k, v, dims, 0.25)
-        };
-        let leak = |x: Vec<f32>| -> &'static [f32] { x.leak() };
         // Whole panels: 64 keys, 32 value columns, every packed value NaN.
-        let full = problem(
-            leak(vec![0.5; 3 * 16]),
-            leak(vec![f32::NAN; 64 * 16]),
-            leak(vec![f32::NAN; 64 * 32]),
-            [3, 64, 16, 32],
+        let (q, k, v) = (
+            vec![0.5; 3 * 16],
+            vec![f32::NAN; 64 * 16],
+            vec![f32::NAN; 64 * 32],
         );
+        let full = Problem::one_head(&q, &k, &v, [3, 64, 16, 32], 0.25);
         let mut context = vec![0.0; 3 * 32];
         attention(&full, &mut context, None);
         assert!(
@@ -672,12 +668,10 @@ mod tests {
         );
         // 20 keys and 10 value columns: the last key panel and the value panel are padded.
         let mut rng = SeededRng::new(8);
-        let padded = problem(
-            leak(values(&mut rng, 3 * 16, 1.0)),
-            leak(values(&mut rng, 20 * 16, 1.0)),
-            leak(values(&mut rng, 20 * 10, 1.0)),
-            [3, 20, 16, 10],
-        );
+        let q = values(&mut rng, 3 * 16, 1.0);
+        let k = values(&mut rng, 20 * 16, 1.0);
+        let v = values(&mut rng, 20 * 10, 1.0);
+        let padded = Problem::one_head(&q, &k, &v, [3, 20, 16, 10], 0.25);
         let (want, _) = reference(&padded);
         let mut context = vec![f32::NAN; want.len()];
         attention(&padded, &mut context, None);
@@ -695,20 +689,8 @@ mod tests {
         let (q, k, v) = (vec![1.0; 2 * 3], vec![1.0; 4 * 3], vec![5.0; 4 * 2]);
         // Query 0 sees no key (causal offset −1), query 1 sees key 0 only.
         let problem = Problem {
-            q: Rows::row_major(&q, [1, 1, 2, 3]),
-            k: Rows::row_major(&k, [1, 1, 4, 3]),
-            v: Rows::row_major(&v, [1, 1, 4, 2]),
-            batch: 1,
-            n_heads: 1,
-            n_kv_heads: 1,
-            seq_len_q: 2,
-            seq_len_kv: 4,
-            d_head: 3,
-            d_value: 2,
-            scale: 1.0,
-            mask: None,
-            bias: None,
             causal_offset: Some(-1),
+            ..Problem::one_head(&q, &k, &v, [2, 4, 3, 2], 1.0)
         };
         let (mut context, mut lse) = (vec![f32::NAN; 4], vec![f32::NAN; 2]);
         attention(&problem, &mut context, Some(&mut lse));
