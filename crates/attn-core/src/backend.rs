@@ -1,5 +1,6 @@
-//! Backend names: the one table in the workspace that turns a string such as `"flex"` into a
-//! burn [`Device`]. It names devices; choosing one stays with the caller (a program's command
+//! Backends: the one table in the workspace that turns a string such as `"flex"` into a burn
+//! [`Device`], and the one place that decides which fast path serves a device
+//! ([`BackendKind`]). It names devices; choosing one stays with the caller (a program's command
 //! line, the test harness).
 //!
 //! Which backends exist is decided at compile time by this crate's cargo features (`flex`,
@@ -7,10 +8,17 @@
 //! forward one to one under the same names. Asking for a backend that was not compiled in is an
 //! error that names the feature that would enable it.
 
+use burn::backend::DispatchDevice;
 use burn::tensor::Device;
 #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "metal"))]
 use burn::tensor::DeviceKind;
 use thiserror::Error;
+
+/// A flex tensor's values as `f32`, read in place when its storage is contiguous `f32` and
+/// copied otherwise: how the flex implementations of the workspace's backend operations read
+/// their inputs.
+#[cfg(feature = "flex")]
+pub use crate::native::host::flex_floats;
 
 /// Every backend name this crate knows, with the cargo feature that compiles it in.
 pub const KNOWN: &[(&str, &str)] = &[
@@ -188,6 +196,62 @@ fn compiled_device(name: &str, index: Option<usize>) -> Option<Device> {
         #[cfg(feature = "cuda")]
         "cuda" => Some(Device::cuda(index.unwrap_or(0))),
         _ => None,
+    }
+}
+
+/// Which of burn's backends holds a device's tensors, as far as this crate's fast paths care:
+/// the one typed decision behind [`native_serves`](crate::native_serves),
+/// [`flash_serves`](crate::flash_serves) and the flex-only operations.
+///
+/// A backend counts only when this crate's feature of that name is on: with the feature off,
+/// no fast path is built for it, and its devices are [`BackendKind::Other`].
+///
+/// ```
+/// use attn_core::backend::BackendKind;
+/// use burn::tensor::Device;
+///
+/// assert_eq!(BackendKind::of(&Device::flex()), BackendKind::Flex);
+/// assert_eq!(BackendKind::of(&Device::flex().autodiff()), BackendKind::Flex);
+/// assert!(BackendKind::Flex.is_host());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// burn's flex, the pure-Rust CPU backend.
+    Flex,
+    /// burn's ndarray CPU backend.
+    NdArray,
+    /// A CubeCL runtime: wgpu, Vulkan, Metal or CUDA.
+    Cube,
+    /// Any other backend, or one this crate was built without.
+    Other,
+}
+
+impl BackendKind {
+    /// The backend of `device`, looking through autodiff to the device it wraps.
+    pub fn of(device: &Device) -> Self {
+        // The dispatch enum's variants exist only for the backends burn was built with, so each
+        // arm is compiled with the feature that builds its backend; `_` takes the rest.
+        #[allow(unreachable_patterns)]
+        match device.clone().inner().as_dispatch() {
+            #[cfg(feature = "flex")]
+            DispatchDevice::Flex(_) => Self::Flex,
+            #[cfg(feature = "ndarray")]
+            DispatchDevice::NdArray(_) => Self::NdArray,
+            #[cfg(any(
+                feature = "wgpu",
+                feature = "vulkan",
+                feature = "metal",
+                feature = "cuda"
+            ))]
+            DispatchDevice::Cube(_) => Self::Cube,
+            _ => Self::Other,
+        }
+    }
+
+    /// Whether the backend keeps its tensors in host memory, where the native kernels read
+    /// them without moving data between devices.
+    pub fn is_host(self) -> bool {
+        matches!(self, Self::Flex | Self::NdArray)
     }
 }
 

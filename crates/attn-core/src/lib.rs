@@ -21,8 +21,9 @@
 //!
 //! [`AttentionOutput::route`] says which code ran ([`Route`]).
 //!
-//! Beside attention, the blocks around it: [`layer_norm`] (one autodiff operation with its own
-//! backward, [`LayerNormOps`]), [`linear`] and [`gelu_tanh`].
+//! The CPU kernels themselves are the `attn-kernels` crate's, on plain slices; [`native_attention`]
+//! and [`FlashAttentionOps`] bring them to burn tensors. The layers around attention (projections,
+//! LayerNorm, GELU) are `attn-model`'s.
 //!
 //! Everything here is a pure function: no parameters, no randomness except dropout's
 //! (drawn from the device's generator), no I/O.
@@ -44,7 +45,6 @@
 //! assert!((context - 19.441_93).abs() < 1e-4);
 //! ```
 
-mod activation;
 pub mod backend;
 mod chunked;
 mod error;
@@ -54,36 +54,28 @@ mod explicit;
 mod flash;
 mod fused;
 mod heads;
-// As `flash`: ndarray is one of the backends served.
-#[allow(deprecated)]
-mod linear;
 mod mask;
 mod native;
-// As `flash`: ndarray is one of the backends served.
-#[allow(deprecated)]
-mod norm;
 mod options;
+mod plan;
 mod route;
 mod sdpa;
 mod softmax;
 
-pub use activation::gelu_tanh;
 pub use chunked::DEFAULT_BLOCK;
 pub use error::AttentionError;
 pub use explicit::scaled_scores;
 pub use flash::{Biasing, FlashAttentionOps, FlashKernel, FlashParams, Masking, flash_serves};
 pub use heads::{merge_heads, repeat_kv_heads, split_heads, try_split_heads};
-pub use linear::{LinearOps, linear, linear_serves};
 pub use mask::{causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_mask_from_lengths};
 pub use native::{
     CpuCaches, NativeGradients, NativeOutput, native_attention, native_attention_backward,
     native_serves,
 };
-pub use norm::{LayerNormOps, layer_norm, layer_norm_serves};
 pub use options::{AttentionOptions, CausalAlignment, Strategy};
-pub use route::{DECODE_MAX_QUERIES, DECODE_MIN_KEYS, NATIVE_TRAINING_MIN_KEYS, Route};
-pub use sdpa::{
-    AttentionOutput, PreparedAttention, scaled_dot_product_attention,
-    try_scaled_dot_product_attention,
+pub use plan::PreparedAttention;
+pub use route::{
+    AttentionOutput, DECODE_MAX_QUERIES, DECODE_MIN_KEYS, NATIVE_TRAINING_MIN_KEYS, Route,
 };
+pub use sdpa::{scaled_dot_product_attention, try_scaled_dot_product_attention};
 pub use softmax::safe_softmax;

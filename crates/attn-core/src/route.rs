@@ -7,9 +7,21 @@ use burn::tensor::Tensor;
 
 use crate::flash::{self, FlashKernel};
 use crate::{
-    AttentionError, AttentionOptions, AttentionOutput, PreparedAttention, Strategy, chunked,
-    explicit, fused, native,
+    AttentionError, AttentionOptions, PreparedAttention, Strategy, chunked, explicit, fused, native,
 };
+
+/// What attention returns.
+#[derive(Clone, Debug)]
+pub struct AttentionOutput {
+    /// The weighted sum of values, `[batch, n_heads, seq_len_q, d_value]`.
+    pub context: Tensor<4>,
+    /// The weights `[batch, n_heads, seq_len_q, seq_len_kv]`, when asked for (after dropout,
+    /// i.e. the weights that were actually applied to `v`).
+    pub weights: Option<Tensor<4>>,
+    /// The code that computed them: the strategy asked for, as settled for these options and
+    /// this device.
+    pub route: Route,
+}
 
 /// From this many keys on, [`Strategy::Auto`] trains through the native kernel and its own
 /// backward on the CPU backends. Measured on flex, `[1, 8, s, 64]`, forward plus backward: the
@@ -24,7 +36,7 @@ pub const NATIVE_TRAINING_MIN_KEYS: usize = 64;
 pub const DECODE_MIN_KEYS: usize = 64;
 
 /// The most queries per (batch, head) the decode pass ([`Route::NativeDecode`]) takes.
-pub const DECODE_MAX_QUERIES: usize = native::DECODE_MAX_QUERIES;
+pub const DECODE_MAX_QUERIES: usize = attn_kernels::DECODE_MAX_QUERIES;
 
 /// The code that computed an attention call ([`AttentionOutput::route`]).
 ///
@@ -62,7 +74,7 @@ pub enum Route {
     /// operation is not the native kernel, or with a bias that needs a gradient; it cannot be
     /// recorded by autodiff.
     NativeHost,
-    /// [`Strategy::Native`]'s decode pass (`native/decode.rs`), on flex and ndarray in
+    /// [`Strategy::Native`]'s decode pass (`attn_kernels::decode_attention`), on flex and ndarray in
     /// inference with at most [`DECODE_MAX_QUERIES`] queries and at least [`DECODE_MIN_KEYS`]
     /// keys: the keys of each (batch, key/value head) split into chunks across threads, each
     /// chunk's partial softmax merged exactly (flash-decoding). Never chosen under a recording

@@ -57,7 +57,7 @@ impl Activation {
         match self {
             Activation::Relu => relu(x),
             Activation::Gelu => gelu(x),
-            Activation::GeluTanh => attn_core::gelu_tanh(x),
+            Activation::GeluTanh => crate::ops::gelu_tanh(x),
         }
     }
 }

@@ -48,6 +48,7 @@ mod feed_forward;
 mod generate;
 pub mod hf;
 mod norm;
+pub mod ops;
 mod project;
 pub mod pytorch;
 mod token_decoder;

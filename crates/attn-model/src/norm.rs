@@ -1,5 +1,5 @@
 //! LayerNorm as the blocks use it: burn's [`burn::nn::LayerNorm`] fields and record, computed
-//! by [`attn_core::layer_norm`], whose backward under autodiff is one operation.
+//! by [`crate::ops::layer_norm`], whose backward under autodiff is one operation.
 //!
 //! `y = γ ∘ (x − μ) / √(σ² + ε) + β` over the last dimension, with the biased variance `σ²`
 //! (Ba et al., 2016; PyTorch's `nn.LayerNorm`).
@@ -63,14 +63,14 @@ impl LayerNorm {
         };
         // Half precision cannot hold the sums of squares: normalise in f32, as burn does.
         match x.dtype() {
-            dtype @ (DType::F16 | DType::BF16) => attn_core::layer_norm(
+            dtype @ (DType::F16 | DType::BF16) => crate::ops::layer_norm(
                 x.cast(DType::F32),
                 gamma.cast(DType::F32),
                 beta.cast(DType::F32),
                 self.epsilon,
             )
             .cast(dtype),
-            _ => attn_core::layer_norm(x, gamma, beta, self.epsilon),
+            _ => crate::ops::layer_norm(x, gamma, beta, self.epsilon),
         }
     }
 

@@ -506,7 +506,7 @@ impl TokenDecoder {
                 // adding a batch dimension to the transposed view makes flex copy all of it
                 // (`vocab · d_model` floats) on every call.
                 let rows = x.reshape([batch * seq_len, d_model]); // [batch · seq_len, d_model]
-                attn_core::linear(rows, table.transpose(), None) // [batch · seq_len, vocab]
+                crate::ops::linear(rows, table.transpose(), None) // [batch · seq_len, vocab]
                     .reshape([batch, seq_len, self.vocab]) // [batch, seq_len, vocab]
             }
         }

@@ -81,71 +81,15 @@ impl Optimizer for FusedAdam {
     }
 }
 
-/// The scalars of one step, computed once as burn computes them (all in `f32`).
-#[derive(Clone, Copy, Debug)]
-struct Coefficients {
-    beta_1: f32,
-    beta_2: f32,
-    /// `1 − β₁` and `1 − β₂`.
-    rest_1: f32,
-    rest_2: f32,
-    /// `c₂ / (1 − β₁ᵗ)`.
-    combined: f32,
-    /// `ε · c₂`.
-    epsilon: f32,
-    lr: f32,
-    weight_decay: Option<f32>,
-}
-
-impl Coefficients {
-    fn new(adam: &FusedAdam, time: usize, lr: LearningRate) -> Self {
-        let time = time as i32;
-        let c2 = (1.0 - adam.beta_2.powi(time)).sqrt();
-        Self {
-            beta_1: adam.beta_1,
-            beta_2: adam.beta_2,
-            rest_1: 1.0 - adam.beta_1,
-            rest_2: 1.0 - adam.beta_2,
-            combined: c2 / (1.0 - adam.beta_1.powi(time)),
-            epsilon: adam.epsilon * c2,
-            // burn's scalar multiply takes the learning rate as the tensor's float type.
-            lr: lr as f32,
-            weight_decay: adam.weight_decay,
-        }
-    }
-
-    /// One element: `(θ, m, v)` after the step, from `θ`, `g` and the moments before it (`None`
-    /// at the first step, where burn starts them from `(1 − β)·g` and `(1 − β)·g²`).
-    #[inline(always)]
-    fn update(self, theta: f32, grad: f32, moments: Option<(f32, f32)>) -> (f32, f32, f32) {
-        let g = match self.weight_decay {
-            Some(lambda) => theta * lambda + grad,
-            None => grad,
-        };
-        let (m, v) = match moments {
-            Some((m, v)) => (
-                m * self.beta_1 + g * self.rest_1,
-                v * self.beta_2 + g * g * self.rest_2,
-            ),
-            None => (g * self.rest_1, g * g * self.rest_2),
-        };
-        let step = m * self.combined / (v.sqrt() + self.epsilon);
-        (theta - step * self.lr, m, v)
-    }
-}
-
 #[cfg(feature = "flex")]
 mod flex {
+    use attn_kernels::AdamStep;
     use burn::backend::Flex;
     use burn::backend::flex::FlexTensor;
     use burn::optim::{AdamState, AdaptiveMomentumState, LearningRate};
     use burn::tensor::{DType, Tensor, TensorData};
-    use rayon::prelude::*;
 
-    use super::{Coefficients, FusedAdam};
-
-    /// Elements per task: large enough that a task outweighs its scheduling.
-    const CHUNK: usize = 1 << 14;
+    use super::FusedAdam;
 
     /// The step in one pass, or `None` where burn's operations must run it: not flex, not
     /// `f32`, not contiguous, or AMSGrad's extra state present.
@@ -180,33 +124,16 @@ mod flex {
             return None;
         }
         let time = state.map_or(1, |s| s.momentum.time + 1);
-        let c = Coefficients::new(adam, time, lr);
+        let c = AdamStep::new(
+            adam.beta_1,
+            adam.beta_2,
+            adam.epsilon,
+            adam.weight_decay,
+            time,
+            lr,
+        );
 
-        let (mut theta_out, mut m_out, mut v_out) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-        theta_out
-            .par_chunks_mut(CHUNK)
-            .zip(m_out.par_chunks_mut(CHUNK))
-            .zip(v_out.par_chunks_mut(CHUNK))
-            .enumerate()
-            .for_each(|(chunk, ((theta_o, m_o), v_o))| {
-                let start = chunk * CHUNK;
-                let range = start..start + theta_o.len();
-                let (theta, g) = (&theta[range.clone()], &g[range.clone()]);
-                let outs = theta_o.iter_mut().zip(m_o.iter_mut()).zip(v_o.iter_mut());
-                match moments {
-                    Some((m, v)) => {
-                        let (m, v) = (&m[range.clone()], &v[range]);
-                        for (i, ((t_o, m_o), v_o)) in outs.enumerate() {
-                            (*t_o, *m_o, *v_o) = c.update(theta[i], g[i], Some((m[i], v[i])));
-                        }
-                    }
-                    None => {
-                        for (i, ((t_o, m_o), v_o)) in outs.enumerate() {
-                            (*t_o, *m_o, *v_o) = c.update(theta[i], g[i], None);
-                        }
-                    }
-                }
-            });
+        let (theta_out, m_out, v_out) = c.apply(theta, g, moments);
 
         let shape = tensor.shape();
         let device = tensor.device();
@@ -298,33 +225,6 @@ mod tests {
         assert!(
             flex::step(&adam, 1e-3, &theta_t, &grad_t, None).is_none(),
             "strided"
-        );
-    }
-
-    /// The update follows Adam's equations, checked in `f64` on a few values by hand.
-    #[test]
-    fn one_element_follows_the_equations() {
-        let adam = FusedAdam::new(0.9, 0.999, 1e-8, None);
-        let (theta, g, lr) = (0.5f32, 0.2f32, 0.01);
-        let c = Coefficients::new(&adam, 2, lr);
-        let (m0, v0) = (0.1f32, 0.003f32);
-        let (new_theta, m, v) = c.update(theta, g, Some((m0, v0)));
-        let m_want = 0.9 * f64::from(m0) + 0.1 * f64::from(g);
-        let v_want = 0.999 * f64::from(v0) + 0.001 * f64::from(g) * f64::from(g);
-        let c2 = (1.0 - 0.999f64.powi(2)).sqrt();
-        let step = m_want * c2 / (1.0 - 0.9f64.powi(2)) / (v_want.sqrt() + 1e-8 * c2);
-        let theta_want = f64::from(theta) - lr * step;
-        assert!(
-            (f64::from(m) - m_want).abs() < 1e-7,
-            "m {m} against {m_want}"
-        );
-        assert!(
-            (f64::from(v) - v_want).abs() < 1e-9,
-            "v {v} against {v_want}"
-        );
-        assert!(
-            (f64::from(new_theta) - theta_want).abs() < 1e-6,
-            "θ {new_theta} against {theta_want}"
         );
     }
 }

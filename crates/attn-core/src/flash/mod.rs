@@ -51,7 +51,7 @@ use burn::backend::{
 use burn::tensor::{Device, Tensor};
 
 use crate::PreparedAttention;
-use crate::native::backend_name;
+use crate::backend::BackendKind;
 use crate::native::host::HostInputs;
 
 /// The non-tensor arguments of [`FlashAttentionOps`].
@@ -347,15 +347,7 @@ fn native_backward<B: Backend>(
 /// ndarray and the CubeCL backends, each when this crate's feature of that name is on (and
 /// with or without autodiff).
 pub fn flash_serves(device: &Device) -> bool {
-    let backend = backend_name(device);
-    (cfg!(feature = "flex") && backend.starts_with("Flex"))
-        || (cfg!(feature = "ndarray") && backend.starts_with("NdArray"))
-        || (cfg!(any(
-            feature = "wgpu",
-            feature = "vulkan",
-            feature = "metal",
-            feature = "cuda"
-        )) && backend.starts_with("Cube"))
+    BackendKind::of(device) != BackendKind::Other
 }
 
 /// Attention through [`FlashAttentionOps`] with `kernel`: the context and the log-sum-exp

@@ -1,4 +1,4 @@
-//! The host bridge: the only file of `native/` that speaks burn.
+//! The host bridge between burn tensors and the `attn-kernels` passes.
 //!
 //! It reads burn tensors (or a backend's primitives) into [`HostInputs`], `f32` buffers in
 //! host memory with their shapes, hands the passes a [`Problem`] over those buffers, and makes
@@ -23,11 +23,8 @@ use burn::backend::{
 };
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 
-use super::backward;
-use super::decode;
-use super::forward;
-use super::problem::{Broadcast, Problem, Rows};
 use crate::PreparedAttention;
+use attn_kernels::{Broadcast, Gradients, Problem, Rows};
 
 /// Copies the inputs to the host, runs the forward pass, and builds the context and (when
 /// asked for) the log-sum-exp on `q`'s device, in `q`'s float type.
@@ -72,7 +69,7 @@ pub(super) fn decode_tensors(
     let mut context = vec![0.0; batch * n_heads * seq_len_q * d_value];
     with_host_inputs(q, k, v, plan, |host| {
         let problem = host.problem(plan.scale as f32, plan.causal_offset);
-        decode::attention(&problem, &mut context, None);
+        attn_kernels::decode_attention(&problem, &mut context, None);
     });
     Tensor::<4>::from_data(
         TensorData::new(context, [batch, n_heads, seq_len_q, d_value]),
@@ -278,7 +275,7 @@ impl<'a> HostInputs<'a> {
         let [batch, n_heads, seq_len_q, _] = self.scores_shape();
         let mut context = vec![0.0; batch * n_heads * seq_len_q * self.v.dims[3]];
         let mut lse = want_lse.then(|| vec![0.0; batch * n_heads * seq_len_q]);
-        forward::attention(
+        attn_kernels::attention(
             &self.problem(scale, causal_offset),
             &mut context,
             lse.as_deref_mut(),
@@ -299,12 +296,12 @@ impl<'a> HostInputs<'a> {
         let mut dq = vec![0.0; self.q.len()];
         let mut dk = vec![0.0; self.k.len()];
         let mut dv = vec![0.0; self.v.len()];
-        backward::attention_backward(
+        attn_kernels::attention_backward(
             &self.problem(scale, causal_offset),
             context,
             lse,
             d_context,
-            backward::Gradients {
+            Gradients {
                 dq: &mut dq,
                 dk: &mut dk,
                 dv: &mut dv,
@@ -491,7 +488,7 @@ fn in_place_rows(t: &burn::backend::flex::FlexTensor, dims: [usize; 4]) -> Optio
 
 /// A flex tensor's values as `f32`: its own storage when that is contiguous `f32`.
 #[cfg(feature = "flex")]
-pub(crate) fn flex_floats(t: &burn::backend::flex::FlexTensor) -> Cow<'_, [f32]> {
+pub fn flex_floats(t: &burn::backend::flex::FlexTensor) -> Cow<'_, [f32]> {
     match t.as_slice::<f32>() {
         Some(values) => Cow::Borrowed(values),
         None => Cow::Owned(f32_vec(t.clone().into_data())),

@@ -16,50 +16,22 @@
 //!
 //! # Layout
 //!
-//! This file is the public API; beneath it, each line uses only the lines below it:
+//! The kernels themselves live in the `attn-kernels` crate, on plain slices, with no burn in
+//! sight; this module is the burn side:
 //!
 //! ```text
-//! host.rs                             burn tensors ⇄ host buffers (HostInputs)
-//! forward.rs, backward.rs, decode.rs  the passes (ForwardTask, BackwardTask, DecodeTask)
-//! activation.rs                       an element-wise pass (GPT-2's tanh GELU)
-//! problem.rs                          the inputs as host slices (Problem, Broadcast)
-//! tiling.rs                           block sizes and tasks from the machine (CpuCaches)
-//! instructions.rs                     which instruction set runs a pass (Instructions)
-//! portable.rs, avx2.rs, avx512.rs     the kernels, once per instruction set (with exp.rs)
-//! simd.rs                             the SIMD layer (Kernels, Gemm, MR, NR, Pass, Vectorized)
+//! mod.rs     the public API (native_attention, native_attention_backward, native_serves)
+//! host.rs    burn tensors ⇄ host buffers (HostInputs), and the calls into attn-kernels
 //! ```
-//!
-//! Only this file and `host.rs` import burn; the passes and the kernels work on plain slices.
-//! A new pass is a new file beside `forward.rs` that implements `simd::Pass`; no
-//! instruction-set file changes.
 
-mod activation;
-mod aligned;
-#[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx512;
-mod backward;
-mod decode;
-mod exp;
-mod forward;
 pub(crate) mod host;
-mod instructions;
-mod portable;
-mod problem;
-mod simd;
-mod tiling;
 
-pub use tiling::CpuCaches;
+pub use attn_kernels::CpuCaches;
 
 use burn::tensor::{Device, Tensor};
 
+use crate::backend::BackendKind;
 use crate::{AttentionError, AttentionOptions, PreparedAttention, Strategy};
-
-#[cfg(test)]
-pub(crate) use activation::definition_f64 as gelu_tanh_definition;
-pub(crate) use activation::gelu_tanh as gelu_tanh_slice;
-pub(crate) use decode::DECODE_MAX_QUERIES;
 
 /// What [`native_attention`] returns.
 #[derive(Clone, Debug)]
@@ -81,23 +53,7 @@ pub struct NativeOutput {
 /// assert!(attn_core::native_serves(&burn::tensor::Device::flex()));
 /// ```
 pub fn native_serves(device: &Device) -> bool {
-    let backend = backend_name(device);
-    backend.starts_with("Flex") || backend.starts_with("NdArray")
-}
-
-/// Whether `x` is a flex tensor outside autodiff (neither the tensor nor its device tracks
-/// gradients): what the inference-only flex paths (`linear`, `gelu_tanh`) serve.
-#[cfg_attr(not(feature = "flex"), allow(dead_code))]
-pub(crate) fn is_flex_inference<const D: usize>(x: &Tensor<D>) -> bool {
-    let device = x.device();
-    !x.is_autodiff() && !device.is_autodiff() && backend_name(&device).starts_with("Flex")
-}
-
-/// The name of `device`'s backend, as burn's dispatch prints it (`Flex`, `NdArray`, `Cube`,
-/// ...). The dispatch enum's variants exist only for the backends burn was compiled with, so
-/// a `match` on them would not build in every feature set; their names always print.
-pub(crate) fn backend_name(device: &Device) -> String {
-    format!("{:?}", device.clone().inner().as_dispatch())
+    BackendKind::of(device).is_host()
 }
 
 /// Attention on the native CPU kernel, returning the context and each row's log-sum-exp.

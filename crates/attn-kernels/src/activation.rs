@@ -15,8 +15,8 @@
 
 use rayon::prelude::*;
 
-use super::instructions::Instructions;
-use super::simd::{Kernels, Pass};
+use crate::instructions::Instructions;
+use crate::simd::{Kernels, Pass};
 
 /// Values per rayon task: enough to pay for a task, few enough to share a layer's activation
 /// among the threads.
@@ -32,7 +32,7 @@ const MINUS_TWO_U_LOG2E: f32 = (-2.0
 ///
 /// # Panics
 /// When the slices differ in length.
-pub(crate) fn gelu_tanh(x: &[f32], out: &mut [f32]) {
+pub fn gelu_tanh(x: &[f32], out: &mut [f32]) {
     assert_eq!(x.len(), out.len(), "input and output lengths");
     out.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
@@ -57,20 +57,12 @@ impl Pass for GeluTanh<'_> {
     }
 }
 
-/// The definition, `x/2 · (1 + tanh(u))`, in f64: the reference of this pass's tests and of
-/// `gelu_tanh`'s.
-#[cfg(test)]
-pub(crate) fn definition_f64(x: f64) -> f64 {
-    let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
-    0.5 * x * (1.0 + u.tanh())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn definition(x: f32) -> f64 {
-        definition_f64(f64::from(x))
+        crate::oracle::gelu_tanh(f64::from(x))
     }
 
     #[test]

@@ -21,7 +21,7 @@ const LINE: usize = 16;
 /// A `[f32]` that starts a cache line: a `Vec<f32>` one line longer than needed, read from
 /// its first aligned float.
 #[derive(Clone, Debug, Default)]
-pub(super) struct AlignedBuf {
+pub(crate) struct AlignedBuf {
     storage: Vec<f32>,
     start: usize,
     len: usize,
@@ -29,7 +29,7 @@ pub(super) struct AlignedBuf {
 
 impl AlignedBuf {
     /// Sets the buffer to `len` zeros, keeping its allocation where it is large enough.
-    pub(super) fn zeroed(&mut self, len: usize) -> &mut [f32] {
+    pub(crate) fn zeroed(&mut self, len: usize) -> &mut [f32] {
         self.storage.clear();
         self.storage.resize(len + LINE - 1, 0.0);
         self.place(len);
@@ -39,7 +39,7 @@ impl AlignedBuf {
     /// Sizes the buffer to `len` floats without setting them, keeping its allocation where it
     /// is large enough: for buffers that are written before they are read. Where the
     /// allocation is kept, so are the values.
-    pub(super) fn fit(&mut self, len: usize) -> &mut [f32] {
+    pub(crate) fn fit(&mut self, len: usize) -> &mut [f32] {
         if self.storage.len() < len + LINE - 1 {
             self.storage.resize(len + LINE - 1, 0.0);
         }
@@ -48,7 +48,7 @@ impl AlignedBuf {
     }
 
     /// Floats held by the allocation.
-    pub(super) fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.storage.capacity()
     }
 

@@ -35,15 +35,15 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::instructions::Instructions;
-use super::problem::{Problem, add_scaled, apply_mask};
-use super::simd::{Kernels, Pass};
-use super::tiling::TASKS_PER_THREAD;
+use crate::instructions::Instructions;
+use crate::problem::{Problem, add_scaled, apply_mask};
+use crate::simd::{Kernels, Pass};
+use crate::tiling::TASKS_PER_THREAD;
 
 /// The most queries per (batch, head) the decode pass is built for: its scratch holds a
 /// `[rows, chunk]` block of scores per task, and past a few queries the forward pass's
 /// register-blocked products win.
-pub(crate) const DECODE_MAX_QUERIES: usize = 16;
+pub const DECODE_MAX_QUERIES: usize = 16;
 
 /// The fewest keys per chunk: below it the merge and the task costs outweigh the split.
 const MIN_CHUNK: usize = 64;
@@ -57,7 +57,7 @@ const LANES: usize = 16;
 /// # Shapes
 /// - `context`: `[batch, n_heads, seq_len_q, d_value]`
 /// - `lse`: `[batch, n_heads, seq_len_q]` (`−∞` for a row whose keys are all masked)
-pub(crate) fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut [f32]>) {
+pub fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut [f32]>) {
     run_tasks(problem, context, lse, Instructions::Best);
 }
 
@@ -173,7 +173,7 @@ struct Scratch {
 }
 
 /// One chunk of keys of one (batch, key/value head), for every query row that reads it.
-pub(super) struct DecodeTask<'a, 'p> {
+pub(crate) struct DecodeTask<'a, 'p> {
     p: &'a Problem<'p>,
     /// `b · n_kv_heads + kv_head`.
     kv_group: usize,
@@ -300,53 +300,8 @@ fn dot<K: Kernels>(kernels: K, a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::problem::{Broadcast, Rows};
-    use attn_testing::{SeededRng, assert_close_slices};
-
-    /// The same attention in `f64`, one query at a time, straight from the definition.
-    fn reference(p: &Problem) -> (Vec<f32>, Vec<f32>) {
-        let mut context = vec![0.0; p.batch * p.n_heads * p.seq_len_q * p.d_value];
-        let mut lse = vec![f32::NEG_INFINITY; p.batch * p.n_heads * p.seq_len_q];
-        for b in 0..p.batch {
-            for h in 0..p.n_heads {
-                let kv = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
-                for i in 0..p.seq_len_q {
-                    let row = (b * p.n_heads + h) * p.seq_len_q + i;
-                    let q = p.q.head(b * p.n_heads + h).row(i);
-                    let scores: Vec<f64> = (0..p.seq_len_kv)
-                        .map(|j| {
-                            let k = p.k.head(kv).row(j);
-                            let dot: f64 = q
-                                .iter()
-                                .zip(k)
-                                .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                                .sum();
-                            let mut s = dot * f64::from(p.scale);
-                            if let Some(bias) = &p.bias {
-                                s += f64::from(bias.at(b, h, i, j));
-                            }
-                            let masked = p.mask.as_ref().is_some_and(|m| m.at(b, h, i, j))
-                                || p.causal_offset.is_some_and(|o| j as i64 > i as i64 + o);
-                            if masked { f64::NEG_INFINITY } else { s }
-                        })
-                        .collect();
-                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    if max == f64::NEG_INFINITY {
-                        continue;
-                    }
-                    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                    let sum: f64 = weights.iter().sum();
-                    lse[row] = (max + sum.ln()) as f32;
-                    for c in 0..p.d_value {
-                        let value = |j: usize| f64::from(p.v.head(kv).row(j)[c]);
-                        let out: f64 = weights.iter().enumerate().map(|(j, w)| w * value(j)).sum();
-                        context[row * p.d_value + c] = (out / sum) as f32;
-                    }
-                }
-            }
-        }
-        (context, lse)
-    }
+    use crate::problem::{Broadcast, Rows};
+    use crate::testing::{SeededRng, assert_close_slices};
 
     fn values(rng: &mut SeededRng, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| rng.unit() * scale).collect()
@@ -354,7 +309,7 @@ mod tests {
 
     /// Runs `problem` on every instruction set and compares with the `f64` definition.
     fn check_every_instruction_set(problem: &Problem, what: &str) {
-        let (want_context, want_lse) = reference(problem);
+        let (want_context, want_lse) = crate::oracle::attention(problem);
         for instructions in [
             Instructions::Best,
             Instructions::Avx2,

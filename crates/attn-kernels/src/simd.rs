@@ -18,13 +18,13 @@
 //! naming it.
 
 /// Rows of the micro-kernel's register block.
-pub(super) const MR: usize = 6;
+pub(crate) const MR: usize = 6;
 /// Columns of the micro-kernel's register block: two 8-wide AVX registers.
-pub(super) const NR: usize = 16;
+pub(crate) const NR: usize = 16;
 
 /// The three inner loops, once per instruction set: the register-blocked product, the row
 /// maximum and the exponentials. Everything around them is shared.
-pub(super) trait Kernels: Copy {
+pub(crate) trait Kernels: Copy {
     /// `a · b + c` for one value, fused where that is one instruction.
     fn mul_add(self, a: f32, b: f32, c: f32) -> f32;
 
@@ -93,7 +93,7 @@ pub(super) trait Kernels: Copy {
 /// A pass (or a piece of one) written once over [`Kernels`]: run by
 /// [`Instructions::run`](super::instructions::Instructions::run) on the widest kernels the CPU
 /// has.
-pub(super) trait Pass {
+pub(crate) trait Pass {
     /// Runs on `kernels`. Implementations must be `#[inline(always)]`, so that the whole pass
     /// is compiled inside the `vectorize`d call.
     fn run<K: Kernels>(self, kernels: K);
@@ -101,7 +101,7 @@ pub(super) trait Pass {
 
 /// `pass` on `kernels`, as a function for [`pulp`]'s `vectorize`: one monomorphised entry
 /// point per pass and instruction set.
-pub(super) struct Vectorized<P, K>(pub P, pub K);
+pub(crate) struct Vectorized<P, K>(pub P, pub K);
 
 impl<P: Pass, K: Kernels> pulp::NullaryFnOnce for Vectorized<P, K> {
     type Output = ();
@@ -117,7 +117,7 @@ impl<P: Pass, K: Kernels> pulp::NullaryFnOnce for Vectorized<P, K> {
 /// `[k][NR]`), `c` row-major with row stride `ldc`; `m` a multiple of [`MR`], `n` of [`NR`].
 /// With `overwrite`, `c = a · b`: the tiles are written without being read, so `c` need not
 /// be zeroed first.
-pub(super) struct Gemm<'a> {
+pub(crate) struct Gemm<'a> {
     pub m: usize,
     pub n: usize,
     pub k: usize,
@@ -168,9 +168,9 @@ impl Pass for Gemm<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::instructions::Instructions;
     use super::*;
-    use attn_testing::SeededRng;
+    use crate::instructions::Instructions;
+    use crate::testing::SeededRng;
 
     /// Both products on two panels at once and on one panel at a time, `k` steps long, from
     /// the same start: the buffers must hold the same bits, the columns past the pair included.

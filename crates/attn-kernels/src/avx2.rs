@@ -8,12 +8,12 @@
 use pulp::x86::V3;
 use pulp::{f32x8, u32x8};
 
-use super::exp::{LOWEST, P, ROUND_MAGIC, exp2, mul_add};
-use super::simd::{Gemm, Kernels, MR, NR, Vectorized};
+use crate::exp::{LOWEST, P, ROUND_MAGIC, exp2, mul_add};
+use crate::simd::{Gemm, Kernels, MR, NR, Vectorized};
 
 /// The AVX2 + FMA instruction set, proven present by [`V3::try_new`].
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Avx2(pub V3);
+pub(crate) struct Avx2(pub V3);
 
 /// Eight values from the front of `values`.
 #[inline(always)]

@@ -29,8 +29,8 @@
 
 use std::sync::OnceLock;
 
-use super::problem::Problem;
-use super::simd::{MR, NR};
+use crate::problem::Problem;
+use crate::simd::{MR, NR};
 
 /// The caches of one core, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ fn detect() -> Option<CpuCaches> {
 
 /// The forward's blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ForwardBlocks {
+pub(crate) struct ForwardBlocks {
     /// Queries per task: a multiple of [`MR`].
     pub queries: usize,
     /// Keys per block: a multiple of [`NR`].
@@ -100,7 +100,7 @@ pub(super) struct ForwardBlocks {
 
 /// The backward's blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct BackwardBlocks {
+pub(crate) struct BackwardBlocks {
     /// Queries per block: a multiple of [`MR`] (rows of the `S`, `dP` and `dQ` products).
     pub queries: usize,
     /// Keys per block: a multiple of [`KEY_STEP`] (columns of `S` and `dP`).
@@ -114,7 +114,7 @@ pub(super) struct BackwardBlocks {
 /// which takes any length, so a last, shorter block of keys need only fill whole panels.
 /// (Padding to a multiple of [`MR`] as well, 48, cost 12.5% more work at 128 or 256 keys and
 /// three times the work at 16.)
-pub(super) const KEY_STEP: usize = NR;
+pub(crate) const KEY_STEP: usize = NR;
 
 /// The forward's key-block candidates, largest first.
 const FORWARD_KEYS: [usize; 4] = [1024, 512, 256, 128];
@@ -126,11 +126,11 @@ const FORWARD_QUERIES: usize = 16 * MR;
 const BACKWARD_BLOCKS: [(usize, usize); 2] = [(32 * MR, 6 * KEY_STEP), (16 * MR, 6 * KEY_STEP)];
 /// Tasks per thread a pass aims for, so that uneven tasks (causal rows, the last block) still
 /// end close together.
-pub(super) const TASKS_PER_THREAD: usize = 4;
+pub(crate) const TASKS_PER_THREAD: usize = 4;
 
 /// The shape facts block sizes are chosen from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Shape {
+pub(crate) struct Shape {
     /// `batch · n_heads`.
     pub heads: usize,
     pub seq_len_q: usize,
@@ -153,7 +153,7 @@ impl Shape {
 
 /// The machine facts block sizes are chosen from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Machine {
+pub(crate) struct Machine {
     pub caches: CpuCaches,
     pub threads: usize,
 }

@@ -12,7 +12,7 @@
 /// `split_heads` leaves it: strides `[seq_len·heads·width, width, heads·width]`), and the
 /// filled rows of a longer key/value cache (a head stride of `capacity · width`).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Rows<'a> {
+pub struct Rows<'a> {
     /// The buffer the rows lie in.
     pub data: &'a [f32],
     /// Heads per batch entry.
@@ -49,7 +49,7 @@ impl<'a> Rows<'a> {
 
 /// The rows of one head of a [`Rows`]: row `i` is `data[i·stride..][..width]`.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct HeadRows<'a> {
+pub struct HeadRows<'a> {
     data: &'a [f32],
     width: usize,
     stride: usize,
@@ -78,7 +78,7 @@ impl<'a> HeadRows<'a> {
 /// `[b, h, i, j]` sits at `b·strides[0] + h·strides[1] + i·strides[2] + j·strides[3]`, with
 /// stride 0 along every broadcast dimension.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Broadcast<'a, T> {
+pub struct Broadcast<'a, T> {
     /// The values, row-major in their own (possibly broadcast) shape.
     pub data: &'a [T],
     /// Element strides; 0 where the dimension is broadcast.
@@ -107,7 +107,7 @@ impl<'a, T: Copy> Broadcast<'a, T> {
 
     /// Keys `j0..j0 + len` of row `[b, h, i]`: a slice, or one value when the key axis is
     /// broadcast.
-    pub(super) fn row(&self, b: usize, h: usize, i: usize, j0: usize, len: usize) -> Row<'a, T> {
+    pub(crate) fn row(&self, b: usize, h: usize, i: usize, j0: usize, len: usize) -> Row<'a, T> {
         let [sb, sh, si, sj] = self.strides;
         let start = b * sb + h * sh + i * si + j0 * sj;
         if sj == 0 {
@@ -119,7 +119,7 @@ impl<'a, T: Copy> Broadcast<'a, T> {
 }
 
 /// One row of a [`Broadcast`] over a block of keys.
-pub(super) enum Row<'a, T> {
+pub(crate) enum Row<'a, T> {
     /// One value per key.
     Keys(&'a [T]),
     /// The same value for every key.
@@ -134,25 +134,37 @@ pub(super) enum Row<'a, T> {
 /// - `v`: `[batch, n_kv_heads, seq_len_kv, d_value]`
 /// - `mask` (`true` = not attended), `bias`: broadcast to `[batch, n_heads, seq_len_q, seq_len_kv]`
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Problem<'a> {
+pub struct Problem<'a> {
+    /// The queries, `[batch, n_heads, seq_len_q, d_head]`.
     pub q: Rows<'a>,
+    /// The keys, `[batch, n_kv_heads, seq_len_kv, d_head]`.
     pub k: Rows<'a>,
+    /// The values, `[batch, n_kv_heads, seq_len_kv, d_value]`.
     pub v: Rows<'a>,
+    /// Sequences in the batch.
     pub batch: usize,
+    /// Query heads.
     pub n_heads: usize,
+    /// Key and value heads; divides `n_heads` (grouped-query attention when fewer).
     pub n_kv_heads: usize,
+    /// Queries per head.
     pub seq_len_q: usize,
+    /// Keys (and values) per head.
     pub seq_len_kv: usize,
+    /// Width of a query or key.
     pub d_head: usize,
+    /// Width of a value.
     pub d_value: usize,
+    /// What the dot products are multiplied by, usually `1/√d_head`.
     pub scale: f32,
+    /// Keys not attended (`true`), broadcast to the scores.
     pub mask: Option<Broadcast<'a, bool>>,
+    /// Added to the scaled scores, broadcast to them.
     pub bias: Option<Broadcast<'a, f32>>,
     /// Key `j` is masked for query `i` when `j > i + offset`.
     pub causal_offset: Option<i64>,
 }
 
-#[cfg(test)]
 impl<'a> Problem<'a> {
     /// One batch, one head, row-major `q`, `k`, `v` of
     /// `[seq_len_q, seq_len_kv, d_head, d_value]`, no mask, bias or causal offset.
@@ -184,7 +196,7 @@ impl<'a> Problem<'a> {
 
 /// `row += scale · bias` over the visible keys.
 #[inline(always)]
-pub(super) fn add_scaled(row: &mut [f32], bias: Row<'_, f32>, scale: f32) {
+pub(crate) fn add_scaled(row: &mut [f32], bias: Row<'_, f32>, scale: f32) {
     match bias {
         Row::Keys(bias) => {
             for (x, &b) in row.iter_mut().zip(bias) {
@@ -202,7 +214,7 @@ pub(super) fn add_scaled(row: &mut [f32], bias: Row<'_, f32>, scale: f32) {
 
 /// `row = −∞` where the mask is set.
 #[inline(always)]
-pub(super) fn apply_mask(row: &mut [f32], mask: Row<'_, bool>) {
+pub(crate) fn apply_mask(row: &mut [f32], mask: Row<'_, bool>) {
     match mask {
         Row::Keys(mask) => {
             for (x, &masked) in row.iter_mut().zip(mask) {

@@ -14,13 +14,13 @@
 //! evaluates `x ≤ 0` (scores minus their running maximum), so there is no upper clamp.
 
 /// `1.5 · 2^23`: adding it rounds an `f32` of magnitude below `2^22` to an integer.
-pub(super) const ROUND_MAGIC: f32 = 12_582_912.0;
+pub(crate) const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// Below this `2^x` is flushed to zero (it would be subnormal).
-pub(super) const LOWEST: f32 = -127.0;
+pub(crate) const LOWEST: f32 = -127.0;
 
 /// Cephes `exp2f` coefficients: `2^f ≈ 1 + f·P(f)` on `[−½, ½]`, highest degree first.
-pub(super) const P: [f32; 6] = [
+pub(crate) const P: [f32; 6] = [
     1.535_336_2e-4,
     1.339_887_4e-3,
     9.618_438e-3,

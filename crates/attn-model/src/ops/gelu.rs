@@ -40,7 +40,9 @@ mod flex {
     use burn::backend::Flex;
     use burn::tensor::{DType, Tensor, TensorData};
 
-    use crate::native::{host::flex_floats, is_flex_inference};
+    use attn_core::backend::flex_floats;
+
+    use super::super::is_flex_inference;
 
     /// Whether [`gelu_tanh`] runs the native pass on `x`.
     pub(super) fn serves<const D: usize>(x: &Tensor<D>) -> bool {
@@ -58,7 +60,7 @@ mod flex {
         let t = x.clone().try_into_primitive::<Flex>().ok()?;
         let values = flex_floats(&t);
         let mut out = vec![0.0; values.len()];
-        crate::native::gelu_tanh_slice(&values, &mut out);
+        attn_kernels::gelu_tanh(&values, &mut out);
         Some(Tensor::from_data(TensorData::new(out, dims), &device))
     }
 }
@@ -66,7 +68,7 @@ mod flex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::gelu_tanh_definition as definition_f64;
+    use attn_kernels::oracle::gelu_tanh as definition_f64;
     use attn_testing::{SeededRng, assert_close_slices, for_each_device, to_vec};
     use burn::tensor::Device;
 

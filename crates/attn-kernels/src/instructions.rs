@@ -9,14 +9,14 @@
 
 use std::sync::OnceLock;
 
-use super::portable::Portable;
-use super::simd::Pass;
+use crate::portable::Portable;
+use crate::simd::Pass;
 #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
-use super::simd::Vectorized;
+use crate::simd::Vectorized;
 
 /// Which [`Kernels`](super::simd::Kernels) a pass uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Instructions {
+pub(crate) enum Instructions {
     /// AVX-512 where the CPU has it, else AVX2 + FMA, else [`Portable`].
     Best,
     /// AVX2 + FMA where the CPU has them, else [`Portable`] (so that tests cover the AVX2
@@ -29,7 +29,7 @@ pub(super) enum Instructions {
 impl Instructions {
     /// Runs `pass` with the widest vectors `self` allows and the CPU has: inside
     /// `vectorize` for AVX-512 or AVX2 + FMA, so that the pass is compiled for them.
-    pub(super) fn run<P: Pass>(self, pass: P) {
+    pub(crate) fn run<P: Pass>(self, pass: P) {
         let this = if self == Instructions::Best {
             capped()
         } else {
@@ -43,13 +43,13 @@ impl Instructions {
         if self == Instructions::Best
             && let Some(simd) = pulp::x86::V4::try_new()
         {
-            return simd.vectorize(Vectorized(pass, super::avx512::Avx512(simd)));
+            return simd.vectorize(Vectorized(pass, crate::avx512::Avx512(simd)));
         }
         #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
         if self != Instructions::Portable
             && let Some(simd) = pulp::x86::V3::try_new()
         {
-            return simd.vectorize(Vectorized(pass, super::avx2::Avx2(simd)));
+            return simd.vectorize(Vectorized(pass, crate::avx2::Avx2(simd)));
         }
         pass.run(Portable);
     }

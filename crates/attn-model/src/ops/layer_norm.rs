@@ -22,7 +22,14 @@
 
 // Without a backend feature, no backend implements the operation.
 #![cfg_attr(
-    not(any(feature = "flex", feature = "ndarray", feature = "cube")),
+    not(any(
+        feature = "flex",
+        feature = "ndarray",
+        feature = "wgpu",
+        feature = "vulkan",
+        feature = "metal",
+        feature = "cuda"
+    )),
     allow(dead_code, unused_imports)
 )]
 
@@ -38,8 +45,6 @@ use burn::backend::{
     tensor::FloatTensor,
 };
 use burn::tensor::{Device, Shape, Tensor};
-
-use crate::flash::flash_serves;
 
 /// LayerNorm forward and backward as backend operations. The provided bodies run the formulas
 /// in the backend's own tensor operations; flex overrides them with row loops.
@@ -87,14 +92,14 @@ impl LayerNormOps for burn::backend::Flex {
         beta: FloatTensor<Self>,
         epsilon: f64,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        use crate::native::host::flex_floats;
+        use attn_core::backend::flex_floats;
         if x.dtype() != burn::tensor::DType::F32 {
             return tensor_forward::<Self>(x, gamma, beta, epsilon);
         }
         let shape = x.shape();
         let device = x.device();
         let (values, gamma, beta) = (flex_floats(&x), flex_floats(&gamma), flex_floats(&beta));
-        let (y, mean, rstd) = rows::forward(&values, &gamma, &beta, epsilon as f32);
+        let (y, mean, rstd) = attn_kernels::layer_norm(&values, &gamma, &beta, epsilon as f32);
         (
             host::<Self>(y, shape.clone(), &device),
             host::<Self>(mean, stat_shape(&shape), &device),
@@ -109,7 +114,7 @@ impl LayerNormOps for burn::backend::Flex {
         rstd: FloatTensor<Self>,
         dy: FloatTensor<Self>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        use crate::native::host::flex_floats;
+        use attn_core::backend::flex_floats;
         if x.dtype() != burn::tensor::DType::F32 {
             return tensor_backward::<Self>(x, gamma, mean, rstd, dy);
         }
@@ -117,7 +122,7 @@ impl LayerNormOps for burn::backend::Flex {
         let d_shape = gamma.shape();
         let device = x.device();
         let [x, gamma, mean, rstd, dy] = [&x, &gamma, &mean, &rstd, &dy].map(flex_floats);
-        let (dx, dgamma, dbeta) = rows::backward(&x, &gamma, &mean, &rstd, &dy);
+        let (dx, dgamma, dbeta) = attn_kernels::layer_norm_backward(&x, &gamma, &mean, &rstd, &dy);
         (
             host::<Self>(dx, shape, &device),
             host::<Self>(dgamma, d_shape.clone(), &device),
@@ -307,148 +312,11 @@ fn tensor_backward<B: Backend>(
     (dx, dgamma, dbeta)
 }
 
-/// The row loops of flex's implementation, on plain slices.
-///
-/// Each sum runs over [`LANES`] partial sums, an order the compiler keeps in vector registers
-/// (a single running sum would pin it to one lane, as float addition does not reassociate).
-#[cfg(feature = "flex")]
-mod rows {
-    use rayon::prelude::*;
-
-    /// Values per rayon task: enough to pay for a task.
-    const CHUNK: usize = 1 << 14;
-    /// Partial sums per reduction.
-    const LANES: usize = 16;
-
-    /// Rows per task for rows of `d` values.
-    fn rows_per_task(d: usize) -> usize {
-        (CHUNK / d.max(1)).max(1)
-    }
-
-    /// `Σ f(a[i], b[i])` over [`LANES`] partial sums.
-    #[inline(always)]
-    fn sum2(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
-        let mut acc = [0.0f32; LANES];
-        let (a_blocks, b_blocks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-        let tail: f32 = a_blocks
-            .remainder()
-            .iter()
-            .zip(b_blocks.remainder())
-            .map(|(&a, &b)| f(a, b))
-            .sum();
-        for (a, b) in a_blocks.zip(b_blocks) {
-            for l in 0..LANES {
-                acc[l] += f(a[l], b[l]);
-            }
-        }
-        acc.iter().sum::<f32>() + tail
-    }
-
-    /// `(y, mean, rstd)` of the rows of `x`, `gamma.len()` values each.
-    pub(super) fn forward(
-        x: &[f32],
-        gamma: &[f32],
-        beta: &[f32],
-        epsilon: f32,
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        let d = gamma.len();
-        let n_rows = x.len() / d;
-        let (mut y, mut mean, mut rstd) =
-            (vec![0.0; x.len()], vec![0.0; n_rows], vec![0.0; n_rows]);
-        let task = rows_per_task(d);
-        y.par_chunks_mut(task * d)
-            .zip(x.par_chunks(task * d))
-            .zip(mean.par_chunks_mut(task).zip(rstd.par_chunks_mut(task)))
-            .for_each(|((y, x), (mean, rstd))| {
-                for (((y, x), mean), rstd) in y
-                    .chunks_exact_mut(d)
-                    .zip(x.chunks_exact(d))
-                    .zip(mean.iter_mut())
-                    .zip(rstd.iter_mut())
-                {
-                    let mu = sum2(x, x, |v, _| v) / d as f32;
-                    let var = sum2(x, x, |v, _| (v - mu) * (v - mu)) / d as f32;
-                    let r = 1.0 / (var + epsilon).sqrt();
-                    for (((y, &x), &g), &b) in y.iter_mut().zip(x).zip(gamma).zip(beta) {
-                        *y = (x - mu) * r * g + b;
-                    }
-                    (*mean, *rstd) = (mu, r);
-                }
-            });
-        (y, mean, rstd)
-    }
-
-    /// `(dx, dgamma, dbeta)`; each task sums its rows' share of `dgamma` and `dbeta`, and the
-    /// shares are added at the end.
-    pub(super) fn backward(
-        x: &[f32],
-        gamma: &[f32],
-        mean: &[f32],
-        rstd: &[f32],
-        dy: &[f32],
-    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        let d = gamma.len();
-        let task = rows_per_task(d);
-        let mut dx = vec![0.0; x.len()];
-        let (dgamma, dbeta) = dx
-            .par_chunks_mut(task * d)
-            .zip(x.par_chunks(task * d).zip(dy.par_chunks(task * d)))
-            .zip(mean.par_chunks(task).zip(rstd.par_chunks(task)))
-            .map(|((dx, (x, dy)), (mean, rstd))| {
-                let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
-                for ((dx, (x, dy)), (&mu, &r)) in dx
-                    .chunks_exact_mut(d)
-                    .zip(x.chunks_exact(d).zip(dy.chunks_exact(d)))
-                    .zip(mean.iter().zip(rstd))
-                {
-                    // dx holds x̂ until the last loop overwrites it.
-                    for (x_hat, &x) in dx.iter_mut().zip(x) {
-                        *x_hat = (x - mu) * r;
-                    }
-                    let x_hat: &[f32] = dx;
-                    for (((dg, db), &dy), &x_hat) in
-                        dgamma.iter_mut().zip(dbeta.iter_mut()).zip(dy).zip(x_hat)
-                    {
-                        *dg += dy * x_hat;
-                        *db += dy;
-                    }
-                    let mean_g = sum2(dy, gamma, |dy, g| dy * g) / d as f32;
-                    let mut acc = [0.0f32; LANES];
-                    let mut tail = 0.0f32;
-                    let blocks = d / LANES * LANES;
-                    for i in (0..blocks).step_by(LANES) {
-                        for l in 0..LANES {
-                            acc[l] += dy[i + l] * gamma[i + l] * x_hat[i + l];
-                        }
-                    }
-                    for i in blocks..d {
-                        tail += dy[i] * gamma[i] * x_hat[i];
-                    }
-                    let mean_g_x_hat = (acc.iter().sum::<f32>() + tail) / d as f32;
-                    for ((dx, &dy), &g) in dx.iter_mut().zip(dy).zip(gamma) {
-                        let x_hat = *dx;
-                        *dx = r * (dy * g - mean_g - x_hat * mean_g_x_hat);
-                    }
-                }
-                (dgamma, dbeta)
-            })
-            .reduce(
-                || (vec![0.0; d], vec![0.0; d]),
-                |(mut ga, mut ba), (gb, bb)| {
-                    ga.iter_mut().zip(gb).for_each(|(a, b)| *a += b);
-                    ba.iter_mut().zip(bb).for_each(|(a, b)| *a += b);
-                    (ga, ba)
-                },
-            );
-        (dx, dgamma, dbeta)
-    }
-}
-
 /// LayerNorm over the last dimension of `x`, as [`burn::nn::LayerNorm`] computes it:
 /// `γ ∘ (x − μ) / √(σ² + ε) + β`, with the biased variance `σ²`.
 ///
-/// Under autodiff, where [`LayerNormOps`] serves the device's backend (see [`flash_serves`]:
-/// flex, ndarray and the CubeCL backends when compiled in), one operation with its own
+/// Under autodiff, where [`LayerNormOps`] serves the device's backend (see
+/// [`layer_norm_serves`]: flex, ndarray and the CubeCL backends when compiled in), one operation with its own
 /// backward; without autodiff, and elsewhere, burn's `layer_norm`.
 ///
 /// # Shapes
@@ -464,7 +332,7 @@ pub fn layer_norm<const D: usize>(
 ) -> Tensor<D> {
     // Without autodiff there is no backward to save: burn's own operation (flex fuses it).
     let training = x.is_autodiff() || x.device().is_autodiff();
-    if !training || !flash_serves(&x.device()) {
+    if !training || !super::implemented_for(&x.device()) {
         return burn::tensor::module::layer_norm(x, gamma, Some(beta), epsilon);
     }
     let (y, _, _) = <burn::backend::Dispatch as LayerNormOps>::fused_layer_norm(
@@ -477,9 +345,9 @@ pub fn layer_norm<const D: usize>(
 }
 
 /// Whether [`layer_norm`] records one operation with its own backward on `device`: an
-/// autodiff device of the backends of [`flash_serves`].
+/// autodiff device of flex, ndarray or a CubeCL backend, when compiled in.
 pub fn layer_norm_serves(device: &Device) -> bool {
-    device.is_autodiff() && flash_serves(device)
+    device.is_autodiff() && super::implemented_for(device)
 }
 
 #[cfg(test)]

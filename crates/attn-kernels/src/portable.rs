@@ -1,13 +1,13 @@
 //! The SIMD layer's kernels in plain Rust, left to LLVM's auto-vectoriser: the fallback for
 //! CPUs without AVX2 and FMA, and for other architectures.
 
-use super::exp::{exp2, mul_add};
-use super::simd::{Kernels, MR, NR};
+use crate::exp::{exp2, mul_add};
+use crate::simd::{Kernels, MR, NR};
 
 /// Plain Rust that LLVM vectorises as well as it can for the target it compiles for: the
 /// fallback for CPUs without AVX2 and FMA, and for other architectures (aarch64 has FMA).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Portable;
+pub(crate) struct Portable;
 
 impl Portable {
     /// Whether `f32::mul_add` is one instruction: aarch64 always has FMA; elsewhere without

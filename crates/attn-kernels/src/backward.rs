@@ -29,11 +29,11 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::aligned::AlignedBuf;
-use super::instructions::Instructions;
-use super::problem::{Problem, Rows, add_scaled, apply_mask};
-use super::simd::{Gemm, Kernels, MR, NR, Pass};
-use super::tiling::{BackwardBlocks, KEY_STEP};
+use crate::aligned::AlignedBuf;
+use crate::instructions::Instructions;
+use crate::problem::{Problem, Rows, add_scaled, apply_mask};
+use crate::simd::{Gemm, Kernels, MR, NR, Pass};
+use crate::tiling::{BackwardBlocks, KEY_STEP};
 
 /// Where a backward pass writes: the gradients of `q`, `k` and `v`, zeroed by the caller.
 ///
@@ -41,9 +41,12 @@ use super::tiling::{BackwardBlocks, KEY_STEP};
 /// - `dq`: `[batch, n_heads, seq_len_q, d_head]`
 /// - `dk`: `[batch, n_kv_heads, seq_len_kv, d_head]`
 /// - `dv`: `[batch, n_kv_heads, seq_len_kv, d_value]`
-pub(crate) struct Gradients<'a> {
+pub struct Gradients<'a> {
+    /// `∂L/∂q`.
     pub dq: &'a mut [f32],
+    /// `∂L/∂k`.
     pub dk: &'a mut [f32],
+    /// `∂L/∂v`.
     pub dv: &'a mut [f32],
 }
 
@@ -52,7 +55,7 @@ pub(crate) struct Gradients<'a> {
 /// # Shapes
 /// - `context`, `d_context`: `[batch, n_heads, seq_len_q, d_value]`
 /// - `lse`: `[batch, n_heads, seq_len_q]`, `−∞` for rows whose keys are all masked
-pub(crate) fn attention_backward(
+pub fn attention_backward(
     p: &Problem,
     context: Rows<'_>,
     lse: &[f32],
@@ -71,7 +74,7 @@ pub(crate) fn attention_backward(
     );
 }
 
-pub(super) fn backward_with(
+pub(crate) fn backward_with(
     p: &Problem,
     context: Rows<'_>,
     lse: &[f32],
@@ -181,7 +184,7 @@ struct Inputs<'a, 'p> {
 }
 
 /// The gradients of one (batch, query head), from one range of its keys.
-pub(super) struct BackwardTask<'a, 'p> {
+pub(crate) struct BackwardTask<'a, 'p> {
     inputs: &'a Inputs<'a, 'p>,
     /// `b · n_heads + h`.
     head: usize,
@@ -203,7 +206,7 @@ pub(super) struct BackwardTask<'a, 'p> {
 /// rounded up to a multiple of [`MR`], in `_nr` to one of [`NR`], `seq_len_kv_padded` to one of
 /// [`KEY_STEP`].
 #[derive(Default)]
-pub(super) struct Workspace {
+pub(crate) struct Workspace {
     /// `q`, `[seq_len_q_mr, d_head]`.
     q: AlignedBuf,
     /// `qᵀ` by blocks of queries, `[n_query_blocks][d_head_mr][BR]`.
@@ -628,81 +631,8 @@ impl Pass for &mut BackwardTask<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::problem::{Broadcast, TokenMajor};
-    use attn_testing::SeededRng;
-
-    /// The gradients by the definition, one weight at a time, in `f64`.
-    fn reference(p: &Problem, context: &[f32], d_out: &[f32]) -> [Vec<f64>; 3] {
-        let Problem {
-            seq_len_q,
-            seq_len_kv,
-            d_head,
-            d_value,
-            ..
-        } = *p;
-        let group = p.n_heads / p.n_kv_heads;
-        let mut dq = vec![0.0; p.batch * p.n_heads * seq_len_q * d_head];
-        let mut dk = vec![0.0; p.batch * p.n_kv_heads * seq_len_kv * d_head];
-        let mut dv = vec![0.0; p.batch * p.n_kv_heads * seq_len_kv * d_value];
-        for b in 0..p.batch {
-            for h in 0..p.n_heads {
-                let head = b * p.n_heads + h;
-                let kv_head = b * p.n_kv_heads + h / group;
-                for i in 0..seq_len_q {
-                    let score = |j: usize| -> Option<f64> {
-                        let causal = p.causal_offset.is_some_and(|o| j as i64 > i as i64 + o);
-                        if causal || p.mask.is_some_and(|m| m.at(b, h, i, j)) {
-                            return None;
-                        }
-                        let dot: f64 = (0..d_head)
-                            .map(|c| {
-                                f64::from(p.q.head(head).row(i)[c])
-                                    * f64::from(p.k.head(kv_head).row(j)[c])
-                            })
-                            .sum();
-                        Some(
-                            dot * f64::from(p.scale)
-                                + p.bias.map_or(0.0, |x| f64::from(x.at(b, h, i, j))),
-                        )
-                    };
-                    let scores: Vec<Option<f64>> = (0..seq_len_kv).map(score).collect();
-                    let max = scores
-                        .iter()
-                        .flatten()
-                        .fold(f64::NEG_INFINITY, |a, &x| a.max(x));
-                    if max == f64::NEG_INFINITY {
-                        continue;
-                    }
-                    let total: f64 = scores.iter().flatten().map(|s| (s - max).exp()).sum();
-                    let row = (head * seq_len_q + i) * d_value;
-                    let d_i: f64 = (0..d_value)
-                        .map(|c| f64::from(d_out[row + c]) * f64::from(context[row + c]))
-                        .sum();
-                    for (j, s) in scores.iter().enumerate() {
-                        let Some(s) = s else { continue };
-                        let w = (s - max).exp() / total;
-                        let dp: f64 = (0..d_value)
-                            .map(|c| {
-                                f64::from(d_out[row + c]) * f64::from(p.v.head(kv_head).row(j)[c])
-                            })
-                            .sum();
-                        let ds = w * (dp - d_i) * f64::from(p.scale);
-                        for c in 0..d_value {
-                            dv[(kv_head * seq_len_kv + j) * d_value + c] +=
-                                w * f64::from(d_out[row + c]);
-                        }
-                        for c in 0..d_head {
-                            dq[(head * seq_len_q + i) * d_head + c] +=
-                                ds * f64::from(p.k.head(kv_head).row(j)[c]);
-                            dk[(kv_head * seq_len_kv + j) * d_head + c] +=
-                                ds * f64::from(p.q.head(head).row(i)[c]);
-                        }
-                    }
-                }
-            }
-        }
-        [dq, dk, dv]
-    }
+    use crate::problem::{Broadcast, TokenMajor};
+    use crate::testing::SeededRng;
 
     /// Each value lands where the layout says: row `r`, column `c` at
     /// `[r / block][c][r % block]`, zeros everywhere else (padding columns, rows past the end),
@@ -791,9 +721,9 @@ mod tests {
             };
             let mut context = vec![0.0; batch * n_heads * seq_len_q * d_value];
             let mut lse = vec![0.0; batch * n_heads * seq_len_q];
-            crate::native::forward::attention(&p, &mut context, Some(&mut lse));
+            crate::forward::attention(&p, &mut context, Some(&mut lse));
             let d_out = values(&mut rng, context.len());
-            let expected = reference(&p, &context, &d_out);
+            let expected = crate::oracle::attention_backward(&p, &context, &d_out);
             // The same inputs (and `d_context`) token-major, as heads split off a projection
             // are read in place, with a gap after each row.
             let out_dims = [batch, n_heads, seq_len_q, d_value];

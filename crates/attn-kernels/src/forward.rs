@@ -39,18 +39,18 @@ use std::mem::take;
 
 use rayon::prelude::*;
 
-use super::aligned::AlignedBuf;
-use super::instructions::Instructions;
-use super::problem::{Problem, add_scaled, apply_mask};
-use super::simd::{Gemm, Kernels, MR, NR, Pass};
-use super::tiling::ForwardBlocks;
+use crate::aligned::AlignedBuf;
+use crate::instructions::Instructions;
+use crate::problem::{Problem, add_scaled, apply_mask};
+use crate::simd::{Gemm, Kernels, MR, NR, Pass};
+use crate::tiling::ForwardBlocks;
 
 /// Runs attention, writing the context and, when asked for, each row's log-sum-exp.
 ///
 /// # Shapes
 /// - `context`: `[batch, n_heads, seq_len_q, d_value]`
 /// - `lse`: `[batch, n_heads, seq_len_q]` (`−∞` for a row whose keys are all masked)
-pub(crate) fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut [f32]>) {
+pub fn attention(problem: &Problem, context: &mut [f32], lse: Option<&mut [f32]>) {
     let blocks = ForwardBlocks::for_problem(problem);
     run_tasks(problem, context, lse, Instructions::Best, blocks);
 }
@@ -282,7 +282,7 @@ impl Scratch {
 }
 
 /// One block of queries of one head.
-pub(super) struct ForwardTask<'a, 'p> {
+pub(crate) struct ForwardTask<'a, 'p> {
     p: &'a Problem<'p>,
     keys: &'a PackedKeys,
     /// `b · n_heads + h`.
@@ -454,59 +454,8 @@ fn pack_queries<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::native::problem::{Broadcast, Rows, TokenMajor};
-    use attn_testing::{SeededRng, assert_close_slices};
-
-    /// Where element `idx` of the broadcast scores sits in `x`'s data.
-    fn at<T>(x: &Broadcast<'_, T>, idx: [usize; 4]) -> usize {
-        idx.iter().zip(x.strides).map(|(i, s)| i * s).sum()
-    }
-
-    /// The same attention in `f64`, one query at a time, straight from the definition.
-    fn reference(p: &Problem) -> (Vec<f32>, Vec<f32>) {
-        let mut context = vec![0.0; p.batch * p.n_heads * p.seq_len_q * p.d_value];
-        let mut lse = vec![f32::NEG_INFINITY; p.batch * p.n_heads * p.seq_len_q];
-        for b in 0..p.batch {
-            for h in 0..p.n_heads {
-                let kv = b * p.n_kv_heads + h / (p.n_heads / p.n_kv_heads);
-                for i in 0..p.seq_len_q {
-                    let row = (b * p.n_heads + h) * p.seq_len_q + i;
-                    let q = p.q.head(b * p.n_heads + h).row(i);
-                    let scores: Vec<f64> = (0..p.seq_len_kv)
-                        .map(|j| {
-                            let k = p.k.head(kv).row(j);
-                            let dot: f64 = q
-                                .iter()
-                                .zip(k)
-                                .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                                .sum();
-                            let mut s = dot * f64::from(p.scale);
-                            if let Some(bias) = &p.bias {
-                                s += f64::from(bias.data[at(bias, [b, h, i, j])]);
-                            }
-                            let masked =
-                                p.mask.as_ref().is_some_and(|m| m.data[at(m, [b, h, i, j])])
-                                    || p.causal_offset.is_some_and(|o| j as i64 > i as i64 + o);
-                            if masked { f64::NEG_INFINITY } else { s }
-                        })
-                        .collect();
-                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    if max == f64::NEG_INFINITY {
-                        continue;
-                    }
-                    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                    let sum: f64 = weights.iter().sum();
-                    lse[row] = (max + sum.ln()) as f32;
-                    for c in 0..p.d_value {
-                        let value = |j: usize| f64::from(p.v.head(kv).row(j)[c]);
-                        let out: f64 = weights.iter().enumerate().map(|(j, w)| w * value(j)).sum();
-                        context[row * p.d_value + c] = (out / sum) as f32;
-                    }
-                }
-            }
-        }
-        (context, lse)
-    }
+    use crate::problem::{Broadcast, Rows, TokenMajor};
+    use crate::testing::{SeededRng, assert_close_slices};
 
     fn values(rng: &mut SeededRng, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| rng.unit() * scale).collect()
@@ -577,7 +526,7 @@ mod tests {
                     _ => Some(rng.range(0, 40) as i64 - 20),
                 },
             };
-            let (want_context, want_lse) = reference(&problem);
+            let (want_context, want_lse) = crate::oracle::attention(&problem);
             // The same inputs token-major, as heads split off a projection are read in place,
             // with a gap after each row.
             let pad = trial % 3;
@@ -672,7 +621,7 @@ mod tests {
         let k = values(&mut rng, 20 * 16, 1.0);
         let v = values(&mut rng, 20 * 10, 1.0);
         let padded = Problem::one_head(&q, &k, &v, [3, 20, 16, 10], 0.25);
-        let (want, _) = reference(&padded);
+        let (want, _) = crate::oracle::attention(&padded);
         let mut context = vec![f32::NAN; want.len()];
         attention(&padded, &mut context, None);
         assert_close_slices(

@@ -13,12 +13,12 @@
 use pulp::x86::V4;
 use pulp::{f32x16, u32x16};
 
-use super::exp::{LOWEST, P, ROUND_MAGIC, exp2, mul_add};
-use super::simd::{Gemm, Kernels, MR, NR, Vectorized};
+use crate::exp::{LOWEST, P, ROUND_MAGIC, exp2, mul_add};
+use crate::simd::{Gemm, Kernels, MR, NR, Vectorized};
 
 /// The AVX-512 instruction set, proven present by [`V4::try_new`].
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Avx512(pub V4);
+pub(crate) struct Avx512(pub V4);
 
 /// Sixteen values from the front of `values`.
 #[inline(always)]
