@@ -13,7 +13,7 @@
 //! | [`model`] | `attn-model` | multi-head attention, feed-forward, encoder and decoder blocks and stacks, the token encoder, the decoder-only `TokenDecoder` and the `EncoderDecoder`; the KV cache and generation (greedy, temperature, top-k, top-p); PyTorch weights and Hugging Face BERT and GPT-2 folders ([`model::hf`]) |
 //! | [`train`] | `attn-train` | toy tasks, the training loop, evaluation by generation, checkpoints, plots, the `attn-train` program |
 //!
-//! and [`reference`], which checks the implementation against reference vectors in
+//! and [`reference`](mod@reference), which checks the implementation against reference vectors in
 //! `attn-reference`'s format, as the `check_reference` example does.
 //!
 //! Backends are cargo features of this crate: `flex` (default, pure-Rust CPU), `ndarray`,
