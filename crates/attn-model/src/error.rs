@@ -254,6 +254,18 @@ pub enum ConfigError {
         /// The file names looked for.
         files: &'static str,
     },
+    /// `config.json` describes more than twice the parameters the weights hold (or more than
+    /// a `u64` counts): refused before anything is allocated.
+    #[error(
+        "config.json describes {described} parameters, but the weights hold {stored} values; \
+         the configuration does not match the weights"
+    )]
+    LargerThanWeights {
+        /// What the configuration's sizes add up to (`"more than 2^64"` on overflow).
+        described: String,
+        /// Values in the weight file, every tensor counted.
+        stored: u64,
+    },
 }
 
 /// Checks that a dropout probability lies in `[0, 1)`.

@@ -371,6 +371,20 @@ impl StateDict {
         Ok(Self { tensors })
     }
 
+    /// How many values the tensors hold together, every tensor counted (saturating at
+    /// `u64::MAX`).
+    pub fn values(&self) -> u64 {
+        self.tensors
+            .values()
+            .map(|t| {
+                t.shape
+                    .as_slice()
+                    .iter()
+                    .fold(1u64, |n, &d| n.saturating_mul(d as u64))
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+
     /// The tensor names, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tensors.keys().map(String::as_str)
@@ -391,17 +405,11 @@ impl StateDict {
         self.tensors.get(name).map(|t| t.dtype)
     }
 
-    /// One tensor on `device`, checked against the shape the caller needs.
+    /// Checks that tensor `name` is present with shape `expected`, reading nothing.
     ///
     /// # Errors
-    /// [`ModelError::MissingTensor`], [`ModelError::TensorShape`], [`ModelError::TensorDtype`]
-    /// (floating-point tensors are read and converted to f32).
-    pub fn tensor<const D: usize>(
-        &self,
-        name: &str,
-        expected: [usize; D],
-        device: &Device,
-    ) -> Result<Tensor<D>, ModelError> {
+    /// [`ModelError::MissingTensor`], [`ModelError::TensorShape`].
+    pub fn expect_shape(&self, name: &str, expected: &[usize]) -> Result<(), ModelError> {
         let stored = self
             .tensors
             .get(name)
@@ -413,6 +421,25 @@ impl StateDict {
                 got: stored.shape.to_vec(),
             });
         }
+        Ok(())
+    }
+
+    /// One tensor on `device`, checked against the shape the caller needs.
+    ///
+    /// # Errors
+    /// [`ModelError::MissingTensor`], [`ModelError::TensorShape`], [`ModelError::TensorDtype`]
+    /// (floating-point tensors are read and converted to f32).
+    pub fn tensor<const D: usize>(
+        &self,
+        name: &str,
+        expected: [usize; D],
+        device: &Device,
+    ) -> Result<Tensor<D>, ModelError> {
+        self.expect_shape(name, &expected)?;
+        let stored = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
         if !stored.dtype.is_float() {
             return Err(ModelError::TensorDtype {
                 name: name.into(),

@@ -398,3 +398,84 @@ fn a_pickled_pytorch_file_reads_as_its_safetensors_twin() {
         assert_eq!(read(&pickled), read(&safetensors), "{name}");
     }
 }
+
+/// Sizes in `config.json` that the weights cannot back are refused before the model is
+/// built, with the count each side gives: a billion blocks, a feed-forward of 10^12, and a
+/// depth whose parameter count overflows `u64`.
+#[test]
+fn a_config_larger_than_its_weights_is_refused_before_anything_is_allocated() {
+    let device = Device::flex();
+    let stored = read_weights(&folder("gpt2_tiny"))
+        .expect("weights")
+        .values();
+    for (case, key, value) in [
+        ("layers", "n_layer", serde_json::json!(1_000_000_000u64)),
+        ("inner", "n_inner", serde_json::json!(1_000_000_000_000u64)),
+        ("overflow", "n_layer", serde_json::json!(u64::MAX)),
+    ] {
+        let dir = edited_folder("gpt2_tiny", case, unchanged, |json| {
+            json[key] = value.clone();
+        });
+        let err = Gpt2::from_pretrained(&dir, &device).expect_err(case);
+        match &err {
+            ModelError::Config(ConfigError::LargerThanWeights {
+                described,
+                stored: s,
+            }) => {
+                assert_eq!(*s, stored, "{case}");
+                if case == "overflow" {
+                    assert_eq!(described, "more than 2^64");
+                } else {
+                    let described: u64 = described.parse().expect("a count");
+                    assert!(described > 1_000_000 * stored, "{case}: {described}");
+                }
+            }
+            other => panic!("{case}: {other}"),
+        }
+        std::fs::remove_dir_all(dir).expect("cleanup");
+    }
+    // BERT's too.
+    let mut config: BertConfig = read_config(&folder("bert_tiny")).expect("config");
+    config.num_hidden_layers = 1 << 40;
+    let dict = read_weights(&folder("bert_tiny")).expect("weights");
+    let err = Bert::from_state_dict(&config, &dict, &device).expect_err("2^40 blocks");
+    assert!(
+        matches!(&err, ModelError::Config(ConfigError::LargerThanWeights { stored, .. }) if *stored == dict.values()),
+        "{err}"
+    );
+}
+
+/// A `config.json` that is not a regular file (a FIFO, a symlink to a device, a folder) or is
+/// far larger than any configuration is refused by name, without blocking or reading it whole.
+#[cfg(unix)]
+#[test]
+fn a_config_that_is_not_a_small_regular_file_is_refused() {
+    let device = Device::flex();
+    let base = edited_folder("gpt2_tiny", "special", unchanged, |_| {});
+    let config = base.join("config.json");
+    let refused = |what: &str, expected: &str| {
+        let err = Gpt2::from_pretrained(&base, &device).expect_err(what);
+        let text = err.to_string();
+        assert!(
+            text.contains("config.json") && text.contains(expected),
+            "{what}: {text}"
+        );
+    };
+    std::fs::remove_file(&config).expect("remove");
+    std::os::unix::fs::symlink("/dev/zero", &config).expect("symlink");
+    refused("a symlink to /dev/zero", "not a regular file");
+    std::fs::remove_file(&config).expect("remove");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&config)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success());
+    refused("a FIFO", "not a regular file");
+    std::fs::remove_file(&config).expect("remove");
+    std::fs::create_dir(&config).expect("a folder");
+    refused("a folder", "not a regular file");
+    std::fs::remove_dir(&config).expect("remove");
+    std::fs::write(&config, vec![b' '; 2 << 20]).expect("write");
+    refused("2 MiB of spaces", "2097152 bytes, more than the 1048576");
+    std::fs::remove_dir_all(base).expect("cleanup");
+}

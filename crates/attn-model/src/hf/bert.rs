@@ -89,8 +89,15 @@ impl Bert {
         .with_norm(NormPlacement::Post)
         .with_activation(activation)
         .with_layer_norm_eps(config.layer_norm_eps);
-        let encoder = EncoderConfig::new(config.num_hidden_layers, block).init(device)?;
         let p = prefix(dict, "bert.", "embeddings.word_embeddings.weight");
+        let words = format!("{p}embeddings.word_embeddings.weight");
+        super::check_fits(
+            dict,
+            &words,
+            [config.vocab_size, d_model],
+            config.parameters(),
+        )?;
+        let encoder = EncoderConfig::new(config.num_hidden_layers, block).init(device)?;
         let table = |name: &str, rows: usize| -> Result<Embedding, ModelError> {
             let mut embedding = EmbeddingConfig::new(rows, d_model).init(device);
             let name = format!("{p}embeddings.{name}.weight");

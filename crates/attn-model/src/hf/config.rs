@@ -12,19 +12,58 @@ use crate::feed_forward::Activation;
 /// The name of the configuration file in a model folder.
 pub const CONFIG_FILE: &str = "config.json";
 
+/// The most bytes a `config.json` may hold. Hugging Face's are a few kilobytes; the bound keeps
+/// a wrong file (a symlink to `/dev/zero`, a weight file renamed) from being read whole.
+pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
+
 /// Reads and parses `config.json` from a model folder.
 ///
+/// Only a regular file (or a symlink to one) of at most [`CONFIG_MAX_BYTES`] is read: a FIFO,
+/// a device or a folder is refused before it is opened, so that nothing blocks or streams
+/// without end.
+///
 /// # Errors
-/// [`ConfigError::Read`] naming the file when it cannot be read or parsed (a missing key, a
-/// value of the wrong type).
+/// [`ConfigError::Read`] naming the file when it is not a regular file, is too large, cannot be
+/// read or cannot be parsed (a missing key, a value of the wrong type).
 pub fn read_config<T: DeserializeOwned>(folder: &Path) -> Result<T, ModelError> {
     let path = folder.join(CONFIG_FILE);
     let read_error = |reason: String| ConfigError::Read {
         path: path.display().to_string(),
         reason,
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| read_error(e.to_string()))?;
+    let text = read_bounded(&path, CONFIG_MAX_BYTES).map_err(read_error)?;
     Ok(serde_json::from_str(&text).map_err(|e| read_error(e.to_string()))?)
+}
+
+/// The text of the regular file at `path`, refused when it is anything else or longer than
+/// `max_bytes`.
+fn read_bounded(path: &Path, max_bytes: u64) -> Result<String, String> {
+    use std::io::Read;
+    let metadata = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !metadata.is_file() {
+        return Err(format!(
+            "not a regular file (it is a {:?}); only a regular file is read",
+            metadata.file_type()
+        ));
+    }
+    if metadata.len() > max_bytes {
+        return Err(format!(
+            "{} bytes, more than the {max_bytes} a configuration file may hold",
+            metadata.len()
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(|e| e.to_string())?
+        .take(max_bytes + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if text.len() as u64 > max_bytes {
+        return Err(format!(
+            "grew past the {max_bytes} bytes a configuration file may hold while it was read"
+        ));
+    }
+    Ok(text)
 }
 
 /// A `BertModel`'s `config.json` (`BertConfig`).
@@ -97,6 +136,30 @@ pub struct Gpt2Config {
 }
 
 impl BertConfig {
+    /// A lower bound on the parameters the loader reads, `None` past `u64`: the word, position
+    /// and token-type tables, and per block the four projections and the feed-forward's two
+    /// matrices.
+    pub fn parameters(&self) -> Option<u64> {
+        let [d, d_ff, vocab, positions, types, layers] = [
+            self.hidden_size,
+            self.intermediate_size,
+            self.vocab_size,
+            self.max_position_embeddings,
+            self.type_vocab_size,
+            self.num_hidden_layers,
+        ]
+        .map(|n| n as u64);
+        let block = d
+            .checked_mul(d)?
+            .checked_mul(4)?
+            .checked_add(d.checked_mul(d_ff)?.checked_mul(2)?)?;
+        let tables = vocab
+            .checked_add(positions)?
+            .checked_add(types)?
+            .checked_mul(d)?;
+        layers.checked_mul(block)?.checked_add(tables)
+    }
+
     /// Checks the settings this crate does not implement, naming the key.
     ///
     /// # Errors
@@ -116,9 +179,40 @@ impl BertConfig {
 }
 
 impl Gpt2Config {
-    /// `d_ff`: `n_inner`, or `4 · n_embd`.
+    /// `d_ff`: `n_inner`, or `4 · n_embd` (saturating, so that an absurd `n_embd` is refused by
+    /// [`parameters`](Self::parameters) rather than wrapped).
     pub fn d_ff(&self) -> usize {
-        self.n_inner.unwrap_or(4 * self.n_embd)
+        self.n_inner.unwrap_or(self.n_embd.saturating_mul(4))
+    }
+
+    /// The parameters the loader reads, `None` past `u64`: the token and position tables, and
+    /// per block the four projections with their biases, both LayerNorms and the
+    /// feed-forward's two layers; the final LayerNorm.
+    pub fn parameters(&self) -> Option<u64> {
+        let [d, d_ff, vocab, positions, layers] = [
+            self.n_embd,
+            self.d_ff(),
+            self.vocab_size,
+            self.n_positions,
+            self.n_layer,
+        ]
+        .map(|n| n as u64);
+        let attention = d
+            .checked_mul(d)?
+            .checked_mul(4)?
+            .checked_add(d.checked_mul(4)?)?;
+        let feed_forward = d
+            .checked_mul(d_ff)?
+            .checked_mul(2)?
+            .checked_add(d_ff.checked_add(d)?)?;
+        let block = attention
+            .checked_add(feed_forward)?
+            .checked_add(d.checked_mul(4)?)?;
+        let tables = vocab.checked_add(positions)?.checked_mul(d)?;
+        layers
+            .checked_mul(block)?
+            .checked_add(tables)?
+            .checked_add(d.checked_mul(2)?)
     }
 
     /// Checks the settings this crate does not implement, naming the key.

@@ -89,9 +89,17 @@ impl Gpt2 {
         dict: &StateDict,
         device: &Device,
     ) -> Result<Self, ModelError> {
-        let mut model = Self::decoder_config(config)?.init(device)?;
+        let decoder = Self::decoder_config(config)?;
         let d_model = config.n_embd;
         let p = prefix(dict, "transformer.", "wte.weight");
+        let table = format!("{p}wte.weight");
+        super::check_fits(
+            dict,
+            &table,
+            [config.vocab_size, d_model],
+            config.parameters(),
+        )?;
+        let mut model = decoder.init(device)?;
         let embedding = &mut model.embedding;
         let wte = dict.tensor(
             &format!("{p}wte.weight"),

@@ -66,6 +66,30 @@ pub fn read_weights(folder: &Path) -> Result<StateDict, ModelError> {
     }
 }
 
+/// Refuses a configuration that does not fit `dict`, before any tensor is made: the token
+/// table `table` must have the shape `[vocab, d_model]` the configuration gives (the mismatch
+/// most edits of `config.json` make), and the parameters the configuration describes must not
+/// outnumber twice the values stored. The sizes in `config.json` are so bounded by the weight
+/// file's own; a configuration within the bound that still disagrees with the weights is named
+/// tensor by tensor as they are read (a missing tensor, a shape).
+fn check_fits(
+    dict: &StateDict,
+    table: &str,
+    [vocab, d_model]: [usize; 2],
+    described: Option<u64>,
+) -> Result<(), ModelError> {
+    dict.expect_shape(table, &[vocab, d_model])?;
+    let stored = dict.values();
+    match described {
+        Some(n) if n <= stored.saturating_mul(2) => Ok(()),
+        described => Err(ConfigError::LargerThanWeights {
+            described: described.map_or_else(|| "more than 2^64".into(), |n| n.to_string()),
+            stored,
+        }
+        .into()),
+    }
+}
+
 /// The prefix a task model puts before the base model's names (`bert.`, `transformer.`):
 /// `prefixed` when `{prefixed}{probe}` is in the dict, else none.
 fn prefix(dict: &StateDict, prefixed: &str, probe: &str) -> String {
