@@ -13,7 +13,8 @@
 //!   `Module::try_load_file`.
 //!
 //! It then draws one sequence of the task (chosen by `--example`) through the model with
-//! [`TokenEncoder::forward_with_weights`], and writes one picture, `DIR/heads.png` unless
+//! [`TokenEncoder::try_forward`], asking for the weights with
+//! [`TokenEncoderInput::with_weights`], and writes one picture, `DIR/heads.png` unless
 //! `--out` says otherwise, holding a grid of heatmaps: one row per layer, one column per head,
 //! queries top to bottom and keys left to right, dark for weight 0 and yellow for weight 1.
 //!
