@@ -13,7 +13,8 @@
 //!   `Module::try_load_file`.
 //!
 //! It then draws one sequence of the task (chosen by `--example`) through the model with
-//! [`TokenEncoder::forward_with_weights`], and writes one picture, `DIR/heads.png` unless
+//! [`TokenEncoder::try_forward`], asking for the weights with
+//! [`TokenEncoderInput::with_weights`], and writes one picture, `DIR/heads.png` unless
 //! `--out` says otherwise, holding a grid of heatmaps: one row per layer, one column per head,
 //! queries top to bottom and keys left to right, dark for weight 0 and yellow for weight 1.
 //!
@@ -32,7 +33,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
-use attn::model::TokenEncoder;
+use attn::model::{NeedWeights, TokenEncoder, TokenEncoderInput, TokenEncoderOutput};
 use attn::train::backend;
 use attn::train::checkpoint::{self, CHECKPOINTS};
 use attn::train::config::TrainConfig;
@@ -97,8 +98,11 @@ fn main() -> Result<()> {
     let (tokens, targets) = config.task.example(&mut Rng::new(args.example));
     let seq_len = tokens.len();
     let input = Tensor::<2, Int>::from_data(TensorData::new(tokens.clone(), [1, seq_len]), &device);
-    let (logits, layers) = model
-        .forward_with_weights(input) // [1, seq_len, n_classes], n_layers × [1, n_heads, seq_len, seq_len]
+    let TokenEncoderOutput {
+        logits,          // [1, seq_len, n_classes]
+        weights: layers, // n_layers × [1, n_heads, seq_len, seq_len]
+    } = model
+        .try_forward(TokenEncoderInput::new(input).with_weights(NeedWeights::PerHead))
         .context("running the model with its attention weights")?;
     let answer = values::<i64>(logits.argmax(2).into_data())?; // [1, seq_len, 1]
 

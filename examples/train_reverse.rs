@@ -33,7 +33,7 @@
 //! - `--eval-every N` (100), `--seed N` (1).
 
 use anyhow::{Context, Result, anyhow, ensure};
-use attn::model::{NormPlacement, TokenEncoder, TokenEncoderConfig};
+use attn::model::{NormPlacement, TokenEncoder, TokenEncoderConfig, TokenEncoderInput};
 use attn::train::backend;
 use attn::train::config::PosName;
 use attn::train::random::Rng;
@@ -158,7 +158,7 @@ fn main() -> Result<()> {
         let x = batch.tokens_tensor(&train_device); // [batch, seq_len]
         let y = batch.targets_tensor(&train_device); // [batch, seq_len]
         // 2. Forward.
-        let logits = model.forward(x); // [batch, seq_len, vocab]
+        let logits = model.forward(TokenEncoderInput::new(x)).logits; // [batch, seq_len, vocab]
         // 3. Loss.
         let loss = token_loss(&loss_fn, logits, y);
         // 4. Backward.
@@ -231,7 +231,9 @@ fn predict(
     seq_len: usize,
     device: &Device,
 ) -> Result<Vec<i64>> {
-    let logits = model.forward(tensor(x, batch, seq_len, device)); // [batch, seq_len, vocab]
+    let logits = model
+        .forward(TokenEncoderInput::new(tensor(x, batch, seq_len, device)))
+        .logits; // [batch, seq_len, vocab]
     logits
         .argmax(2) // [batch, seq_len, 1]
         .into_data()

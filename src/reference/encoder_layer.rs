@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use attn_model::{
-    Activation, EncoderBlockConfig, NormPlacement, TorchEncoderLayer, TorchLayerNorm,
+    Activation, EncoderBlockConfig, EncoderInput, NormPlacement, TorchEncoderLayer, TorchLayerNorm,
 };
 use attn_reference::encoder_layer::Activation as RefActivation;
 use attn_reference::{Closeness, EncoderLayerCase, EncoderLayerFile, RefTensor, ReferenceFile};
@@ -54,10 +54,12 @@ pub(super) fn check(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<Case
                     .with_strategy(strategy)
                     .init(device)?
                     .load_pytorch(weights.clone())?;
-                let out = block.try_forward(
-                    case.input.try_tensor(device)?,
-                    Some(case.key_padding_masked.try_bool_tensor(device)?),
-                )?;
+                let out = block
+                    .try_forward(
+                        EncoderInput::new(case.input.try_tensor(device)?)
+                            .with_padding(case.key_padding_masked.try_bool_tensor(device)?),
+                    )?
+                    .output;
                 let mut c = Closeness::default();
                 c.tensor(out, &case.out);
                 reports.push(CaseReport::new(

@@ -12,7 +12,7 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use attn_core::{AttentionOptions, DEFAULT_BLOCK, Strategy, try_scaled_dot_product_attention};
-use attn_model::{Activation, EncoderBlockConfig, NormPlacement};
+use attn_model::{Activation, EncoderBlockConfig, EncoderInput, NormPlacement, TokenDecoderInput};
 use attn_train::TrainConfig;
 use burn::nn::activation::ActivationConfig;
 use burn::nn::attention::{MhaInput, MultiHeadAttentionConfig};
@@ -24,8 +24,6 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-use crate::timing::finish;
 
 /// `batch` of every case but the training step: one sequence, as in the calibration runs.
 pub const BATCH: usize = 1;
@@ -688,7 +686,7 @@ fn decode_cached(device: &Device, seq_len: usize) -> Result<Step> {
     let capacity = seq_len + DECODE_HEADROOM;
     let prefill = move |model: &attn_model::TokenDecoder| -> Result<attn_model::KvCache> {
         let mut cache = model.new_cache(BATCH, capacity, None)?;
-        model.try_step(prompt.clone(), &mut cache)?;
+        model.try_forward(TokenDecoderInput::new(prompt.clone()).with_cache(&mut cache))?;
         Ok(cache)
     };
     let mut cache = prefill(&model)?;
@@ -698,7 +696,9 @@ fn decode_cached(device: &Device, seq_len: usize) -> Result<Step> {
         if cache.filled() == capacity {
             cache = prefill(&model)?;
         }
-        let logits = model.try_step(token.clone(), &mut cache)?; // [batch, 1, vocab]
+        let logits = model
+            .try_forward(TokenDecoderInput::new(token.clone()).with_cache(&mut cache))?
+            .logits; // [batch, 1, vocab]
         finish(&device, logits.argmax(2).float())
     }))
 }
@@ -710,7 +710,9 @@ fn decode_recompute(device: &Device, seq_len: usize) -> Result<Step> {
     let tokens = seeded_tokens(seq_len + 1, config.vocab, device);
     let device = device.clone();
     Ok(Box::new(move || {
-        let logits = model.try_forward(tokens.clone(), None)?; // [batch, seq_len + 1, vocab]
+        let logits = model
+            .try_forward(TokenDecoderInput::new(tokens.clone()))?
+            .logits; // [batch, seq_len + 1, vocab]
         let last = logits.narrow(1, seq_len, 1); // [batch, 1, vocab]
         finish(&device, last.argmax(2).float())
     }))
@@ -818,7 +820,7 @@ fn layer(workload: Workload, device: &Device) -> Result<Layer> {
                 .with_norm(NormPlacement::Post)
                 .with_activation(Activation::Relu)
                 .init(device)?;
-            Box::new(move |x| block.forward(x, None))
+            Box::new(move |x| block.forward(EncoderInput::new(x)).output)
         }
         Workload::BurnEncoderBlock => {
             let encoder = TransformerEncoderConfig::new(D_MODEL, D_FF, N_HEADS, 1)
@@ -847,6 +849,28 @@ fn attend(workload: Workload, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Resul
         }
         _ => bail!("{workload:?} is not an attention kernel"),
     })
+}
+
+/// Waits for the device to finish the run's work (lazy backends would otherwise stop the clock
+/// early), then lets the result go.
+///
+/// The result is summed and the sum read back first: a lazy backend that fuses operations
+/// could otherwise skip work whose output nobody reads. The sum reads the output once, which
+/// is small next to the attention that made it.
+///
+/// # Errors
+/// When reading the result back or synchronising the device fails (a lazy backend reports a
+/// failed allocation only here).
+pub fn finish<const D: usize>(device: &Device, result: Tensor<D>) -> Result<()> {
+    let total = result
+        .sum()
+        .try_into_data()
+        .map_err(|e| anyhow!("reading the result back failed: {e:?}"))?;
+    device
+        .sync()
+        .map_err(|e| anyhow!("device sync failed: {e:?}"))?;
+    drop(total);
+    Ok(())
 }
 
 #[cfg(test)]

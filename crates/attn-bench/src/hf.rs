@@ -13,15 +13,15 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use attn_model::KvCache;
 use attn_model::hf::{Gpt2, Gpt2Config, read_config};
+use attn_model::{KvCache, TokenDecoderInput};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::cases::{Pass, SEED, Step};
+use crate::cases::{Pass, SEED, Step, finish};
 use crate::record::Record;
-use crate::timing::{Budget, finish, measure};
+use crate::timing::{Budget, measure};
 
 /// Tokens the decode case adds to the prompt's cache before it processes the prompt again.
 const HEADROOM: usize = 256;
@@ -64,7 +64,9 @@ pub fn gpt2_records(
         let (model, prompt) = (model.clone(), prompt.clone());
         move || -> Result<(KvCache, Tensor<3>)> {
             let mut cache = model.new_cache(1, capacity, None)?;
-            let logits = model.try_step(prompt.clone(), &mut cache)?; // [batch, prompt_len, vocab]
+            let logits = model
+                .try_forward(TokenDecoderInput::new(prompt.clone()).with_cache(&mut cache))?
+                .logits; // [batch, prompt_len, vocab]
             Ok((cache, logits))
         }
     };
@@ -84,7 +86,9 @@ pub fn gpt2_records(
                 Some(c) if c.filled() < capacity => c,
                 _ => prefill()?.0,
             };
-            let logits = model.try_step(token.clone(), &mut current)?; // [batch, 1, vocab]
+            let logits = model
+                .try_forward(TokenDecoderInput::new(token.clone()).with_cache(&mut current))?
+                .logits; // [batch, 1, vocab]
             cache = Some(current);
             finish(&device, logits.argmax(2).float())
         })

@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::cases::{Case, Pass};
 use crate::machine::{Machine, UNKNOWN_MACHINE};
-use crate::timing::median;
 
 /// One output line.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -166,9 +165,28 @@ impl Record {
     }
 }
 
+/// The median, the mean of the middle two for an even count; `None` for no values.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn median_of_odd_even_and_no_values() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
 
     /// A line of `benches/results/run5.jsonl`, written before lines named their machine.
     const OLD: &str = r#"{"impl":"attn","case":"explicit","pass":"forward","device":"flex","batch":1,"n_heads":8,"seq_len":128,"d_head":64,"threads":2,"reps":200,"median_ms":0.975494,"min_ms":0.936105,"gflops":34.39737404843085,"peak_rss_mib":null}"#;

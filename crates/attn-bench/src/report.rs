@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use attn_bench::cases::{Case, Pass};
 use attn_bench::record::Record;
-use attn_bench::timing::median;
+use attn_bench::record::median;
 
 /// `(impl, case, pass, seq_len)` → median over runs of the median milliseconds.
 pub type Table = BTreeMap<(String, String, String, usize), f64>;

@@ -14,7 +14,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use attn_bench::machine::Machine;
 use attn_bench::record::Record;
-use attn_bench::timing::median;
+use attn_bench::record::median;
 
 /// The candidates of a run unless `--candidates` says otherwise: the blocks every machine used
 /// before they followed the L2 (96 × 256 forward, 96 × 96 backward), then larger and smaller key

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow};
-use burn::tensor::{Device, Tensor};
+use anyhow::Result;
+use burn::tensor::Device;
 
 use crate::cases::{Case, Pass, Step};
 use crate::record::Record;
@@ -100,50 +100,9 @@ pub fn measure(step: &mut Step, budget: &Budget) -> Result<Vec<f64>> {
     Ok(times)
 }
 
-/// Waits for the device to finish the run's work (lazy backends would otherwise stop the clock
-/// early), then lets the result go.
-///
-/// The result is summed and the sum read back first: a lazy backend that fuses operations
-/// could otherwise skip work whose output nobody reads. The sum reads the output once, which
-/// is small next to the attention that made it.
-///
-/// # Errors
-/// When reading the result back or synchronising the device fails (a lazy backend reports a
-/// failed allocation only here).
-pub fn finish<const D: usize>(device: &Device, result: Tensor<D>) -> Result<()> {
-    let total = result
-        .sum()
-        .try_into_data()
-        .map_err(|e| anyhow!("reading the result back failed: {e:?}"))?;
-    device
-        .sync()
-        .map_err(|e| anyhow!("device sync failed: {e:?}"))?;
-    drop(total);
-    Ok(())
-}
-
-/// The median, the mean of the middle two for an even count; `None` for no values.
-pub fn median(values: &[f64]) -> Option<f64> {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(sorted[n / 2]),
-        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn median_of_odd_even_and_no_values() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
-    }
 
     #[test]
     fn measure_warms_up_once_then_stops_at_the_budget() {
@@ -203,7 +162,7 @@ mod tests {
 
     #[test]
     fn measure_passes_on_the_first_error() {
-        let mut step: Step = Box::new(|| Err(anyhow!("out of memory")));
+        let mut step: Step = Box::new(|| Err(anyhow::anyhow!("out of memory")));
         let error = measure(&mut step, &QUICK).expect_err("the step fails");
         assert_eq!(error.to_string(), "out of memory");
     }

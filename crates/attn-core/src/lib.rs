@@ -67,7 +67,9 @@ pub use error::AttentionError;
 pub use explicit::scaled_scores;
 pub use flash::{Biasing, FlashAttentionOps, FlashKernel, FlashParams, Masking, flash_serves};
 pub use heads::{merge_heads, repeat_kv_heads, split_heads, try_split_heads};
-pub use mask::{causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_mask_from_lengths};
+pub use mask::{
+    causal_mask, keep_to_mask, mask_to_keep, padding_mask, padding_mask_from_lengths, window_mask,
+};
 pub use native::{
     CpuCaches, NativeGradients, NativeOutput, native_attention, native_attention_backward,
     native_serves,

@@ -59,6 +59,29 @@ pub(crate) fn causal_block(
     Tensor::<2, Bool>::tril_mask([seq_len_q, len], offset - kv_start as i64, device)
 }
 
+/// The sliding-window mask of `seq_len` queries over the same `seq_len` keys: `true` where key
+/// `j` is `window` or more positions before query `i` (`j + window <= i`). Together with
+/// causality, each query sees itself and the `window − 1` tokens before it (Child et al. 2019,
+/// Mistral's sliding window); keys after the query are left to the causal mask.
+///
+/// # Shapes
+/// - returns: `[seq_len, seq_len]`
+///
+/// ```
+/// use attn_core::window_mask;
+/// let m = window_mask(3, 2, &burn::tensor::Device::flex());
+/// assert_eq!(
+///     m.into_data().try_to_vec::<bool>().unwrap(),
+///     [false, false, false, false, false, false, true, false, false],
+/// );
+/// ```
+pub fn window_mask(seq_len: usize, window: usize, device: &Device) -> Tensor<2, Bool> {
+    let data: Vec<bool> = (0..seq_len)
+        .flat_map(|i| (0..seq_len).map(move |j| j + window <= i))
+        .collect();
+    Tensor::from_data(TensorData::new(data, [seq_len, seq_len]), device)
+}
+
 /// Marks padding: `true` at positions `length..seq_len` of each sequence.
 ///
 /// # Shapes
@@ -159,6 +182,33 @@ mod tests {
             }
         );
         assert!(err.to_string().contains("length 9"));
+    }
+
+    #[test]
+    fn window_and_causal_masks_leave_each_query_its_last_window_keys() {
+        for_each_device(|d| {
+            let (seq_len, window) = (5, 3);
+            let window_only = bools(window_mask(seq_len, window, &d.device));
+            let both = bools(window_mask(seq_len, window, &d.device).bool_or(causal_mask(
+                seq_len,
+                seq_len,
+                CausalAlignment::TopLeft,
+                &d.device,
+            )));
+            for i in 0..seq_len {
+                for j in 0..seq_len {
+                    assert_eq!(window_only[i * seq_len + j], j + window <= i, "({i}, {j})");
+                    let seen = j <= i && i - j < window;
+                    assert_eq!(both[i * seq_len + j], !seen, "query {i}, key {j}");
+                }
+            }
+            // A window as long as the sequence masks nothing.
+            assert!(
+                bools(window_mask(seq_len, seq_len, &d.device))
+                    .iter()
+                    .all(|m| !m)
+            );
+        });
     }
 
     #[test]

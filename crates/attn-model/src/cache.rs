@@ -62,7 +62,7 @@ pub(crate) struct LayerKv {
 /// sequences decoded together.
 ///
 /// Made by `new_cache` on [`Decoder`](crate::Decoder), [`TokenDecoder`](crate::TokenDecoder)
-/// or [`EncoderDecoder`](crate::EncoderDecoder); every step through `try_step` appends to it.
+/// or [`EncoderDecoder`](crate::EncoderDecoder); every cached step ([`TokenDecoderInput::with_cache`](crate::TokenDecoderInput::with_cache)) appends to it.
 /// It is deliberately not `Clone`: a copy would share the buffers and make every later write
 /// copy them.
 ///
@@ -457,15 +457,6 @@ pub(crate) fn left_padding_mask(
         .flat_map(|&pad| (0..seq_len).map(move |t| t < pad))
         .collect();
     Tensor::from_data(TensorData::new(data, [left_pad.len(), seq_len]), device)
-}
-
-/// `[seq_len, seq_len]`, `true` where key `j` is `window` or more positions before query `i`:
-/// with causality, each query sees itself and the `window − 1` tokens before it.
-pub(crate) fn window_mask(seq_len: usize, window: usize, device: &Device) -> Tensor<2, Bool> {
-    let data: Vec<bool> = (0..seq_len)
-        .flat_map(|i| (0..seq_len).map(move |j| j + window <= i))
-        .collect();
-    Tensor::from_data(TensorData::new(data, [seq_len, seq_len]), device)
 }
 
 /// Cross-attention keys and values of every layer, projected once from an encoder's output,

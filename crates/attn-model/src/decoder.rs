@@ -18,25 +18,25 @@
 //! for decoder-only models. Pre-norm normalises the decoder's stream before cross-attention,
 //! never the memory, as PyTorch does.
 //!
-//! Two ways to run the same function: [`Decoder::try_forward`] recomputes every position
-//! (training, the reference), and [`Decoder::try_step`] feeds new tokens through a
-//! [`KvCache`] (decoding; see `crate::cache`). Tests check that they agree.
+//! Two ways to run the same function, both through [`Decoder::try_forward`]: a full forward
+//! recomputes every position (training, the reference), and a cached step
+//! ([`DecoderInput::with_cache`]) feeds new tokens through a [`KvCache`] (decoding; see
+//! `crate::cache`). Tests check that they agree.
 
-use attn_core::{CausalAlignment, Strategy};
+use attn_core::{CausalAlignment, Strategy, window_mask};
 use attn_pos::PositionalScheme;
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig};
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::attention::{
     MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, NeedWeights, check_shape,
 };
-use crate::cache::{KvCache, LayerKv, LayerMemory, MemoryCache, StepPlan, window_mask};
-use crate::encoder::NormPlacement;
+use crate::cache::{KvCache, LayerKv, LayerMemory, MemoryCache, StepPlan};
 use crate::error::{ModelError, check_epsilon, check_nonzero};
 use crate::feed_forward::{Activation, FeedForward, FeedForwardConfig};
 use crate::norm::{LayerNorm, LayerNormConfig};
+use crate::residual::{NormPlacement, Residual};
 
 /// Configuration of one [`DecoderBlock`].
 ///
@@ -151,8 +151,7 @@ impl DecoderBlockConfig {
             cross_attention,
             feed_forward: self.feed_forward().init(device)?,
             norm_ff: norm.init(device),
-            dropout: DropoutConfig::new(self.dropout).init(),
-            norm: self.norm,
+            residual: Residual::new(self.norm, self.dropout),
             window: self.window,
         })
     }
@@ -162,15 +161,23 @@ impl DecoderBlockConfig {
 /// memory with its padding.
 ///
 /// Masks use burn's convention: `true` = this key is **not** attended.
-#[derive(Clone, Debug)]
-pub struct DecoderInput {
+#[derive(Debug)]
+pub struct DecoderInput<'a> {
     x: Tensor<3>,
+    sources: Sources,
+    cache: Option<(&'a mut KvCache, Option<&'a MemoryCache>)>,
+}
+
+/// What a full forward's blocks read besides the stream; every block reads the same.
+#[derive(Clone, Debug)]
+struct Sources {
     padding: Option<Tensor<2, Bool>>,
     memory: Option<Tensor<3>>,
     memory_padding: Option<Tensor<2, Bool>>,
+    need_weights: NeedWeights,
 }
 
-impl DecoderInput {
+impl<'a> DecoderInput<'a> {
     /// The target stream, attended causally.
     ///
     /// # Shapes
@@ -178,9 +185,13 @@ impl DecoderInput {
     pub fn new(x: Tensor<3>) -> Self {
         Self {
             x,
-            padding: None,
-            memory: None,
-            memory_padding: None,
+            sources: Sources {
+                padding: None,
+                memory: None,
+                memory_padding: None,
+                need_weights: NeedWeights::No,
+            },
+            cache: None,
         }
     }
 
@@ -189,7 +200,7 @@ impl DecoderInput {
     /// # Shapes
     /// - `padding`: `[batch, seq_len]`
     pub fn with_padding(mut self, padding: Tensor<2, Bool>) -> Self {
-        self.padding = Some(padding);
+        self.sources.padding = Some(padding);
         self
     }
 
@@ -199,13 +210,41 @@ impl DecoderInput {
     /// # Shapes
     /// - `memory`: `[batch, seq_len_kv, d_memory]`; `padding`: `[batch, seq_len_kv]`
     pub fn with_memory(mut self, memory: Tensor<3>, padding: Option<Tensor<2, Bool>>) -> Self {
-        self.memory = Some(memory);
-        self.memory_padding = padding;
+        self.sources.memory = Some(memory);
+        self.sources.memory_padding = padding;
+        self
+    }
+
+    /// Asks for every block's self- and cross-attention weights too (the fused, chunked and
+    /// native strategies cannot return them).
+    pub fn with_weights(mut self, need_weights: NeedWeights) -> Self {
+        self.sources.need_weights = need_weights;
+        self
+    }
+
+    /// A cached step of a [`Decoder`]: `x` holds the tokens after `cache.filled()`; each layer
+    /// projects only them, writes their keys and values into `cache`, and attends over what it
+    /// holds, and cross-attention reads the keys and values `memory` holds (see
+    /// [`Decoder::memory_cache`]). The cache's left padding masks its keys; padding, a memory
+    /// tensor and weights are for a full forward only.
+    pub fn with_cache(mut self, cache: &'a mut KvCache, memory: Option<&'a MemoryCache>) -> Self {
+        self.cache = Some((cache, memory));
         self
     }
 }
 
-/// Attention weights of one decoder block.
+/// What a [`DecoderBlock`] or [`Decoder`] returns.
+#[derive(Clone, Debug)]
+pub struct DecoderOutput {
+    /// `[batch, seq_len, d_model]`.
+    pub output: Tensor<3>,
+    /// Each block's attention weights, first to last (a block gives one), when the input asked
+    /// for them; empty otherwise.
+    pub weights: Vec<DecoderWeights>,
+}
+
+/// Attention weights of one decoder block, per head (`[batch, n_heads, ..]`) or averaged over
+/// the heads (`[batch, 1, ..]`) as [`NeedWeights`] asked.
 #[derive(Clone, Debug)]
 pub struct DecoderWeights {
     /// Self-attention, `[batch, n_heads, seq_len, seq_len]`.
@@ -230,10 +269,8 @@ pub struct DecoderBlock {
     pub(crate) feed_forward: FeedForward,
     /// The LayerNorm around the feed-forward network (PyTorch's `norm3`).
     pub(crate) norm_ff: LayerNorm,
-    /// Residual dropout on each sub-layer's output.
-    dropout: Dropout,
-    #[module(skip)]
-    norm: NormPlacement,
+    /// Residual dropout and the norms' placement.
+    residual: Residual,
     #[module(skip)]
     window: Option<usize>,
 }
@@ -244,14 +281,25 @@ impl DecoderBlock {
     /// # Shapes
     /// - `input.x`: `[batch, seq_len, d_model]`; `input.padding`: `[batch, seq_len]`
     /// - `input.memory`: `[batch, seq_len_kv, d_memory]`; its padding `[batch, seq_len_kv]`
-    /// - returns: `[batch, seq_len, d_model]`
+    /// - returns: output `[batch, seq_len, d_model]`; when asked for, weights
+    ///   `[batch, n_heads, seq_len, seq_len]` and `[batch, n_heads, seq_len, seq_len_kv]`
     ///
     /// # Errors
     /// [`ModelError::WidthMismatch`] or [`ModelError::ShapeMismatch`] naming the input that
     /// does not fit, [`ModelError::MemoryMismatch`] for a memory missing or given in vain,
-    /// [`ModelError::Attention`] when the configured strategy cannot run.
-    pub fn try_forward(&self, input: DecoderInput) -> Result<Tensor<3>, ModelError> {
-        Ok(self.run(input, NeedWeights::No)?.0)
+    /// [`ModelError::Attention`] when the configured strategy cannot run (or cannot return the
+    /// weights asked for), [`ModelError::CachedInput`] for a cache (a [`Decoder`] steps).
+    pub fn try_forward(&self, input: DecoderInput<'_>) -> Result<DecoderOutput, ModelError> {
+        if input.cache.is_some() {
+            return Err(ModelError::CachedInput(
+                "a cached step runs through a Decoder, whose cache holds every layer",
+            ));
+        }
+        let (output, weights) = self.run(input.x, input.sources)?;
+        Ok(DecoderOutput {
+            output,
+            weights: weights.into_iter().collect(),
+        })
     }
 
     /// [`try_forward`](Self::try_forward) for inputs known to fit.
@@ -261,26 +309,9 @@ impl DecoderBlock {
     ///
     /// # Panics
     /// On any [`ModelError`], with its message.
-    pub fn forward(&self, input: DecoderInput) -> Tensor<3> {
+    pub fn forward(&self, input: DecoderInput<'_>) -> DecoderOutput {
         self.try_forward(input)
             .unwrap_or_else(|e| panic!("decoder block: {e}"))
-    }
-
-    /// Runs the block and returns every head's self- and cross-attention weights.
-    ///
-    /// # Shapes
-    /// - as [`try_forward`](Self::try_forward); weights `[batch, n_heads, seq_len, seq_len]`
-    ///   and `[batch, n_heads, seq_len, seq_len_kv]`
-    ///
-    /// # Errors
-    /// As [`try_forward`](Self::try_forward); the fused, chunked and native strategies cannot
-    /// return weights.
-    pub fn forward_with_weights(
-        &self,
-        input: DecoderInput,
-    ) -> Result<(Tensor<3>, DecoderWeights), ModelError> {
-        let (x, weights) = self.run(input, NeedWeights::PerHead)?;
-        Ok((x, weights.expect("weights were asked for")))
     }
 
     /// Model width.
@@ -298,15 +329,16 @@ impl DecoderBlock {
         self.window
     }
 
-    pub(crate) fn run(
+    fn run(
         &self,
-        input: DecoderInput,
-        need_weights: NeedWeights,
+        x: Tensor<3>,
+        input: Sources,
     ) -> Result<(Tensor<3>, Option<DecoderWeights>), ModelError> {
-        let [batch, seq_len, _] = input.x.dims();
-        self.check_input(&input.x)?;
+        let need_weights = input.need_weights;
+        let [batch, seq_len, _] = x.dims();
+        self.check_input(&x)?;
         let memory = self.memory_input(input.memory, input.memory_padding)?;
-        let (x, self_weights) = self.residual(input.x, &self.norm_self, |x| {
+        let (x, self_weights) = self.residual.apply(x, &self.norm_self, |x| {
             let mut attend = MhaInput::self_attention(x)
                 .with_causal(CausalAlignment::TopLeft)
                 .with_weights(need_weights);
@@ -323,18 +355,22 @@ impl DecoderBlock {
             Ok((out.output, out.weights))
         })?;
         let (x, cross_weights) = match (&self.cross_attention, &self.norm_cross, memory) {
-            (Some(cross), Some(norm), Some((memory, padding))) => self.residual(x, norm, |x| {
-                let mut attend = MhaInput::cross_attention(x, memory).with_weights(need_weights);
-                if let Some(padding) = padding {
-                    attend = attend.with_padding(padding);
-                }
-                let out = cross.try_forward(attend)?;
-                Ok((out.output, out.weights))
-            })?,
+            (Some(cross), Some(norm), Some((memory, padding))) => {
+                self.residual.apply(x, norm, |x| {
+                    let mut attend =
+                        MhaInput::cross_attention(x, memory).with_weights(need_weights);
+                    if let Some(padding) = padding {
+                        attend = attend.with_padding(padding);
+                    }
+                    let out = cross.try_forward(attend)?;
+                    Ok((out.output, out.weights))
+                })?
+            }
             _ => (x, None),
         };
-        let (x, ()) =
-            self.residual(x, &self.norm_ff, |x| Ok((self.feed_forward.forward(x), ())))?;
+        let (x, ()) = self
+            .residual
+            .apply(x, &self.norm_ff, |x| Ok((self.feed_forward.forward(x), ())))?;
         let weights = self_weights.map(|self_attention| DecoderWeights {
             self_attention,
             cross_attention: cross_weights,
@@ -357,7 +393,7 @@ impl DecoderBlock {
         memory: Option<LayerMemory<'_>>,
     ) -> Result<Tensor<3>, ModelError> {
         let attention = &self.self_attention;
-        let (x, ()) = self.residual(x, &self.norm_self, |x| {
+        let (x, ()) = self.residual.apply(x, &self.norm_self, |x| {
             let q = attention.queries(x.clone(), plan.offset); // [batch, n_heads, seq_len, d_head]
             let (k, v) = attention.keys_values(x, plan.offset); // [batch, n_kv_heads, seq_len, d_head]
             let (k, v) = kv.append(k, v, plan); // [batch, n_kv_heads, seq_len_kv, d_head]
@@ -366,7 +402,7 @@ impl DecoderBlock {
             Ok((out, ()))
         })?;
         let (x, ()) = match (&self.cross_attention, &self.norm_cross, memory) {
-            (Some(cross), Some(norm), Some(memory)) => self.residual(x, norm, |x| {
+            (Some(cross), Some(norm), Some(memory)) => self.residual.apply(x, norm, |x| {
                 let q = cross.queries(x, 0); // [batch, n_heads, seq_len, d_head]
                 let (k, v) = (memory.k.clone(), memory.v.clone());
                 let out = cross.try_attend(q, k, v, memory.mask.cloned(), None, None)?;
@@ -376,8 +412,9 @@ impl DecoderBlock {
             (None, _, Some(_)) => return Err(needless_memory()),
             _ => (x, ()),
         };
-        let (x, ()) =
-            self.residual(x, &self.norm_ff, |x| Ok((self.feed_forward.forward(x), ())))?;
+        let (x, ()) = self
+            .residual
+            .apply(x, &self.norm_ff, |x| Ok((self.feed_forward.forward(x), ())))?;
         Ok(x)
     }
 
@@ -422,25 +459,6 @@ impl DecoderBlock {
             (Some(_), None) => Err(missing_memory()),
             (None, Some(_)) => Err(needless_memory()),
             (None, None) => Ok(None),
-        }
-    }
-
-    /// `LayerNorm(x + Dropout(f(x)))` (post-norm) or `x + Dropout(f(LayerNorm(x)))` (pre-norm).
-    fn residual<T>(
-        &self,
-        x: Tensor<3>,
-        norm: &LayerNorm,
-        sublayer: impl FnOnce(Tensor<3>) -> Result<(Tensor<3>, T), ModelError>,
-    ) -> Result<(Tensor<3>, T), ModelError> {
-        match self.norm {
-            NormPlacement::Post => {
-                let (y, extra) = sublayer(x.clone())?;
-                Ok((norm.forward(x + self.dropout.forward(y)), extra))
-            }
-            NormPlacement::Pre => {
-                let (y, extra) = sublayer(norm.forward(x.clone()))?;
-                Ok((x + self.dropout.forward(y), extra))
-            }
         }
     }
 }
@@ -506,15 +524,56 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    /// Runs every block over every position, checking shapes.
+    /// Runs every block over every position, checking shapes; or, for a cached step
+    /// ([`DecoderInput::with_cache`]), over the new positions only.
     ///
     /// # Shapes
-    /// - as [`DecoderBlock::try_forward`]; returns `[batch, seq_len, d_model]`
+    /// - as [`DecoderBlock::try_forward`]; returns output `[batch, seq_len, d_model]` and, when
+    ///   asked for, `n_layers` [`DecoderWeights`]
+    /// - a cached step: `input.x` `[batch, seq_len, d_model]`, the tokens after
+    ///   `cache.filled()`
     ///
     /// # Errors
-    /// As [`DecoderBlock::try_forward`].
-    pub fn try_forward(&self, input: DecoderInput) -> Result<Tensor<3>, ModelError> {
-        Ok(self.run(input, NeedWeights::No)?.0)
+    /// As [`DecoderBlock::try_forward`]. A cached step: [`ModelError::CacheFull`] for a step
+    /// past the capacity, [`ModelError::CacheBatchMismatch`] for a batch the cache was not
+    /// made for, [`ModelError::CacheShape`] for a cache of another model,
+    /// [`ModelError::MemoryMismatch`] or [`ModelError::CacheBatchMismatch`] for a memory
+    /// missing, needless or of another batch, [`ModelError::WidthMismatch`], and
+    /// [`ModelError::CachedInput`] for padding, a memory tensor or weights. Nothing is written
+    /// when a check fails.
+    pub fn try_forward(&self, input: DecoderInput<'_>) -> Result<DecoderOutput, ModelError> {
+        let DecoderInput {
+            mut x,
+            sources,
+            cache,
+        } = input;
+        if let Some((cache, memory)) = cache {
+            if sources.padding.is_some() || sources.memory.is_some() {
+                return Err(ModelError::CachedInput(
+                    "a cached step takes its padding from the cache and its memory from a \
+                     MemoryCache",
+                ));
+            }
+            if sources.need_weights != NeedWeights::No {
+                return Err(ModelError::CachedInput(
+                    "a cached step returns no attention weights",
+                ));
+            }
+            return Ok(DecoderOutput {
+                output: self.step(x, cache, memory)?,
+                weights: Vec::new(),
+            });
+        }
+        let mut weights = Vec::new();
+        for layer in &self.layers {
+            let (y, w) = layer.run(x, sources.clone())?;
+            x = y;
+            weights.extend(w);
+        }
+        Ok(DecoderOutput {
+            output: self.final_norm(x),
+            weights,
+        })
     }
 
     /// [`try_forward`](Self::try_forward) for inputs known to fit.
@@ -524,24 +583,9 @@ impl Decoder {
     ///
     /// # Panics
     /// On any [`ModelError`], with its message.
-    pub fn forward(&self, input: DecoderInput) -> Tensor<3> {
+    pub fn forward(&self, input: DecoderInput<'_>) -> DecoderOutput {
         self.try_forward(input)
             .unwrap_or_else(|e| panic!("decoder: {e}"))
-    }
-
-    /// Runs every block and returns each block's attention weights.
-    ///
-    /// # Shapes
-    /// - as [`try_forward`](Self::try_forward), and `n_layers` [`DecoderWeights`]
-    ///
-    /// # Errors
-    /// As [`DecoderBlock::forward_with_weights`].
-    pub fn forward_with_weights(
-        &self,
-        input: DecoderInput,
-    ) -> Result<(Tensor<3>, Vec<DecoderWeights>), ModelError> {
-        let (x, weights) = self.run(input, NeedWeights::PerHead)?;
-        Ok((x, weights.into_iter().flatten().collect()))
     }
 
     /// An empty key/value cache for `batch` sequences of up to `capacity` tokens each
@@ -613,20 +657,13 @@ impl Decoder {
         })
     }
 
-    /// Runs new tokens through every block with the cache: each layer projects only these
+    /// New tokens through every block with the cache: each layer projects only these
     /// tokens, writes their keys and values into the cache, and attends over what it holds.
     ///
     /// # Shapes
     /// - `x`: `[batch, seq_len, d_model]`, the tokens after `cache.filled()`
     /// - returns: `[batch, seq_len, d_model]`
-    ///
-    /// # Errors
-    /// [`ModelError::CacheFull`] for a step past the capacity,
-    /// [`ModelError::CacheBatchMismatch`] for a batch the cache was not made for,
-    /// [`ModelError::CacheShape`] for a cache of another model, [`ModelError::MemoryMismatch`]
-    /// or [`ModelError::CacheBatchMismatch`] for a memory missing, needless or of another
-    /// batch, [`ModelError::WidthMismatch`]. Nothing is written when a check fails.
-    pub fn try_step(
+    fn step(
         &self,
         x: Tensor<3>,
         cache: &mut KvCache,
@@ -664,21 +701,6 @@ impl Decoder {
     /// Whether the blocks attend to a memory.
     pub fn has_cross_attention(&self) -> bool {
         self.first().has_cross_attention()
-    }
-
-    pub(crate) fn run(
-        &self,
-        input: DecoderInput,
-        need_weights: NeedWeights,
-    ) -> Result<(Tensor<3>, Vec<Option<DecoderWeights>>), ModelError> {
-        let mut x = input.x.clone();
-        let mut weights = Vec::with_capacity(self.layers.len());
-        for layer in &self.layers {
-            let (y, w) = layer.run(DecoderInput { x, ..input.clone() }, need_weights)?;
-            x = y;
-            weights.push(w);
-        }
-        Ok((self.final_norm(x), weights))
     }
 
     fn final_norm(&self, x: Tensor<3>) -> Tensor<3> {
@@ -777,11 +799,19 @@ mod tests {
             let memory = rng.tensor([BATCH, MEMORY_LEN, D_MEMORY], &d.device);
             let padding = attn_core::padding_mask_from_lengths(&[4, 2, 3], MEMORY_LEN, &d.device)
                 .expect("fit");
-            let input = DecoderInput::new(x).with_memory(memory, Some(padding));
-            let (out, weights) = block
-                .forward_with_weights(input.clone())
+            let input =
+                || DecoderInput::new(x.clone()).with_memory(memory.clone(), Some(padding.clone()));
+            let out = block
+                .try_forward(input().with_weights(NeedWeights::PerHead))
                 .expect("explicit weights");
-            assert_tensors_close(out, block.forward(input), ATOL, RTOL, "same output");
+            assert_tensors_close(
+                out.output,
+                block.forward(input()).output,
+                ATOL,
+                RTOL,
+                "same output",
+            );
+            let [weights]: [DecoderWeights; 1] = out.weights.try_into().expect("one block");
             let self_w = weights.self_attention;
             assert_eq!(self_w.dims(), [BATCH, N_HEADS, SEQ_LEN, SEQ_LEN]);
             let cross = weights.cross_attention.expect("cross-attention");
@@ -843,22 +873,33 @@ mod tests {
                 let padding =
                     attn_core::padding_mask_from_lengths(&[4, 2, 3], MEMORY_LEN, &d.device)
                         .expect("fit");
-                let full = decoder.forward(
-                    DecoderInput::new(x.clone()).with_memory(memory.clone(), Some(padding.clone())),
-                );
+                let full = decoder
+                    .forward(
+                        DecoderInput::new(x.clone())
+                            .with_memory(memory.clone(), Some(padding.clone())),
+                    )
+                    .output;
                 let memory = decoder.memory_cache(memory, Some(padding)).expect("fits");
                 let mut cache = decoder.new_cache(BATCH, SEQ_LEN, None).expect("valid");
                 // A prompt of two tokens, then one token at a time.
                 let mut steps = vec![
                     decoder
-                        .try_step(x.clone().narrow(1, 0, 2), &mut cache, Some(&memory))
-                        .expect("fits"),
+                        .try_forward(
+                            DecoderInput::new(x.clone().narrow(1, 0, 2))
+                                .with_cache(&mut cache, Some(&memory)),
+                        )
+                        .expect("fits")
+                        .output,
                 ];
                 for t in 2..SEQ_LEN {
                     steps.push(
                         decoder
-                            .try_step(x.clone().narrow(1, t, 1), &mut cache, Some(&memory))
-                            .expect("fits"),
+                            .try_forward(
+                                DecoderInput::new(x.clone().narrow(1, t, 1))
+                                    .with_cache(&mut cache, Some(&memory)),
+                            )
+                            .expect("fits")
+                            .output,
                     );
                 }
                 assert_tensors_close(Tensor::cat(steps, 1), full, 1e-5, 0.0, &format!("{pos:?}"));

@@ -14,25 +14,13 @@ use attn_core::{CausalAlignment, Strategy};
 use attn_pos::PositionalScheme;
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig};
 use burn::tensor::{Bool, Device, Tensor};
-use serde::{Deserialize, Serialize};
 
 use crate::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, NeedWeights};
 use crate::error::{ModelError, check_epsilon};
 use crate::feed_forward::{Activation, FeedForward, FeedForwardConfig};
 use crate::norm::{LayerNorm, LayerNormConfig};
-
-/// Where each block's LayerNorms sit relative to the residual connection.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum NormPlacement {
-    /// `LayerNorm(x + Sublayer(x))`: the paper and PyTorch's default (`norm_first=False`).
-    #[default]
-    Post,
-    /// `x + Sublayer(LayerNorm(x))`: trains more stably in deep stacks (Xiong et al. 2020);
-    /// usually followed by a final LayerNorm after the last block.
-    Pre,
-}
+use crate::residual::{NormPlacement, Residual};
 
 /// Configuration of one [`EncoderBlock`].
 #[derive(Config, Debug)]
@@ -109,11 +97,62 @@ impl EncoderBlockConfig {
             norm_attn: norm.init(device),
             feed_forward: self.feed_forward().init(device)?,
             norm_ff: norm.init(device),
-            dropout: DropoutConfig::new(self.dropout).init(),
-            norm: self.norm,
+            residual: Residual::new(self.norm, self.dropout),
             causal: self.causal,
         })
     }
+}
+
+/// What an [`EncoderBlock`] or [`Encoder`] reads: the stream, its key padding, and which
+/// self-attention weights to return beside the output.
+///
+/// Masks use burn's convention: `true` = this key is **not** attended.
+#[derive(Clone, Debug)]
+pub struct EncoderInput {
+    pub(crate) x: Tensor<3>,
+    pub(crate) padding: Option<Tensor<2, Bool>>,
+    pub(crate) need_weights: NeedWeights,
+}
+
+impl EncoderInput {
+    /// The stream, without padding or weights.
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq_len, d_model]`
+    pub fn new(x: Tensor<3>) -> Self {
+        Self {
+            x,
+            padding: None,
+            need_weights: NeedWeights::No,
+        }
+    }
+
+    /// Masks padded keys (`true` = padding), PyTorch's `src_key_padding_mask`.
+    ///
+    /// # Shapes
+    /// - `padding`: `[batch, seq_len]`
+    pub fn with_padding(mut self, padding: Tensor<2, Bool>) -> Self {
+        self.padding = Some(padding);
+        self
+    }
+
+    /// Asks for every block's self-attention weights too (the fused, chunked and native
+    /// strategies cannot return them).
+    pub fn with_weights(mut self, need_weights: NeedWeights) -> Self {
+        self.need_weights = need_weights;
+        self
+    }
+}
+
+/// What an [`EncoderBlock`] or [`Encoder`] returns.
+#[derive(Clone, Debug)]
+pub struct EncoderOutput {
+    /// `[batch, seq_len, d_model]`.
+    pub output: Tensor<3>,
+    /// Each block's self-attention weights, first to last (a block gives one), when the input
+    /// asked for them: `[batch, n_heads, seq_len, seq_len]` for [`NeedWeights::PerHead`],
+    /// `[batch, 1, seq_len, seq_len]` for [`NeedWeights::Averaged`]; empty otherwise.
+    pub weights: Vec<Tensor<4>>,
 }
 
 /// One encoder block: self-attention and feed-forward, each with a residual and a LayerNorm.
@@ -127,10 +166,8 @@ pub struct EncoderBlock {
     pub(crate) feed_forward: FeedForward,
     /// The LayerNorm around the feed-forward network (PyTorch's `norm2`).
     pub(crate) norm_ff: LayerNorm,
-    /// Residual dropout: on each sub-layer's output before it is added (paper §5.4).
-    dropout: Dropout,
-    #[module(skip)]
-    norm: NormPlacement,
+    /// Residual dropout and the norms' placement.
+    residual: Residual,
     causal: bool,
 }
 
@@ -138,19 +175,20 @@ impl EncoderBlock {
     /// Runs the block, checking shapes.
     ///
     /// # Shapes
-    /// - `x`: `[batch, seq_len, d_model]`
-    /// - `padding`: `[batch, seq_len]`, `true` = padding (never attended as a key)
-    /// - returns: `[batch, seq_len, d_model]`
+    /// - `input.x`: `[batch, seq_len, d_model]`
+    /// - `input.padding`: `[batch, seq_len]`, `true` = padding (never attended as a key)
+    /// - returns: output `[batch, seq_len, d_model]`; weights as [`EncoderOutput::weights`]
     ///
     /// # Errors
     /// [`ModelError::WidthMismatch`] or [`ModelError::ShapeMismatch`] naming the input that does
-    /// not fit; [`ModelError::Attention`] when the configured strategy cannot run.
-    pub fn try_forward(
-        &self,
-        x: Tensor<3>,
-        padding: Option<Tensor<2, Bool>>,
-    ) -> Result<Tensor<3>, ModelError> {
-        Ok(self.run(x, padding, NeedWeights::No)?.0)
+    /// not fit; [`ModelError::Attention`] when the configured strategy cannot run (or cannot
+    /// return the weights asked for).
+    pub fn try_forward(&self, input: EncoderInput) -> Result<EncoderOutput, ModelError> {
+        let (output, weights) = self.run(input.x, input.padding, input.need_weights)?;
+        Ok(EncoderOutput {
+            output,
+            weights: weights.into_iter().collect(),
+        })
     }
 
     /// [`try_forward`](Self::try_forward) for inputs known to fit.
@@ -160,30 +198,9 @@ impl EncoderBlock {
     ///
     /// # Panics
     /// On any [`ModelError`], with its message.
-    pub fn forward(&self, x: Tensor<3>, padding: Option<Tensor<2, Bool>>) -> Tensor<3> {
-        self.try_forward(x, padding)
+    pub fn forward(&self, input: EncoderInput) -> EncoderOutput {
+        self.try_forward(input)
             .unwrap_or_else(|e| panic!("encoder block: {e}"))
-    }
-
-    /// Runs the block and returns the self-attention weights of every head.
-    ///
-    /// # Shapes
-    /// - `x`: `[batch, seq_len, d_model]`; `padding`: `[batch, seq_len]`
-    /// - returns: `[batch, seq_len, d_model]` and `[batch, n_heads, seq_len, seq_len]`
-    ///
-    /// # Errors
-    /// As [`try_forward`](Self::try_forward); the fused and chunked strategies cannot return
-    /// weights.
-    pub fn forward_with_weights(
-        &self,
-        x: Tensor<3>,
-        padding: Option<Tensor<2, Bool>>,
-    ) -> Result<(Tensor<3>, Tensor<4>), ModelError> {
-        let (x, weights) = self.run(x, padding, NeedWeights::PerHead)?;
-        Ok((
-            x,
-            weights.expect("attention returns the weights it was asked for"),
-        ))
     }
 
     /// Model width.
@@ -191,8 +208,8 @@ impl EncoderBlock {
         self.attention.d_model()
     }
 
-    /// Self-attention, then feed-forward, each inside [`residual`](Self::residual).
-    pub(crate) fn run(
+    /// Self-attention, then feed-forward, each inside a residual connection.
+    fn run(
         &self,
         x: Tensor<3>,
         padding: Option<Tensor<2, Bool>>,
@@ -207,14 +224,15 @@ impl EncoderBlock {
                 got: d_model,
             });
         }
-        let (x, weights) = self.residual(x, &self.norm_attn, |x| {
+        let (x, weights) = self.residual.apply(x, &self.norm_attn, |x| {
             let out =
                 self.attention
                     .try_forward(self.self_attention_input(x, padding, need_weights))?;
             Ok((out.output, out.weights))
         })?;
-        let (x, ()) =
-            self.residual(x, &self.norm_ff, |x| Ok((self.feed_forward.forward(x), ())))?;
+        let (x, ()) = self
+            .residual
+            .apply(x, &self.norm_ff, |x| Ok((self.feed_forward.forward(x), ())))?;
         Ok((x, weights))
     }
 
@@ -232,25 +250,6 @@ impl EncoderBlock {
             input = input.with_causal(CausalAlignment::TopLeft);
         }
         input
-    }
-
-    /// `LayerNorm(x + Dropout(f(x)))` (post-norm) or `x + Dropout(f(LayerNorm(x)))` (pre-norm).
-    fn residual<T>(
-        &self,
-        x: Tensor<3>,
-        norm: &LayerNorm,
-        sublayer: impl FnOnce(Tensor<3>) -> Result<(Tensor<3>, T), ModelError>,
-    ) -> Result<(Tensor<3>, T), ModelError> {
-        match self.norm {
-            NormPlacement::Post => {
-                let (y, extra) = sublayer(x.clone())?;
-                Ok((norm.forward(x + self.dropout.forward(y)), extra))
-            }
-            NormPlacement::Pre => {
-                let (y, extra) = sublayer(norm.forward(x.clone()))?;
-                Ok((x + self.dropout.forward(y), extra))
-            }
-        }
     }
 }
 
@@ -307,17 +306,26 @@ impl Encoder {
     /// Runs every block, checking shapes.
     ///
     /// # Shapes
-    /// - `x`: `[batch, seq_len, d_model]`; `padding`: `[batch, seq_len]`, `true` = padding
-    /// - returns: `[batch, seq_len, d_model]`
+    /// - `input.x`: `[batch, seq_len, d_model]`; `input.padding`: `[batch, seq_len]`,
+    ///   `true` = padding
+    /// - returns: output `[batch, seq_len, d_model]`; `n_layers` weights as
+    ///   [`EncoderOutput::weights`] when asked for
     ///
     /// # Errors
     /// As [`EncoderBlock::try_forward`].
-    pub fn try_forward(
-        &self,
-        x: Tensor<3>,
-        padding: Option<Tensor<2, Bool>>,
-    ) -> Result<Tensor<3>, ModelError> {
-        Ok(self.run(x, padding, NeedWeights::No)?.0)
+    pub fn try_forward(&self, input: EncoderInput) -> Result<EncoderOutput, ModelError> {
+        let mut x = input.x;
+        let mut weights = Vec::new();
+        for layer in &self.layers {
+            let (y, w) = layer.run(x, input.padding.clone(), input.need_weights)?;
+            x = y;
+            weights.extend(w);
+        }
+        let output = match &self.norm_final {
+            Some(norm) => norm.forward(x),
+            None => x,
+        };
+        Ok(EncoderOutput { output, weights })
     }
 
     /// [`try_forward`](Self::try_forward) for inputs known to fit.
@@ -327,58 +335,14 @@ impl Encoder {
     ///
     /// # Panics
     /// On any [`ModelError`], with its message.
-    pub fn forward(&self, x: Tensor<3>, padding: Option<Tensor<2, Bool>>) -> Tensor<3> {
-        self.try_forward(x, padding)
+    pub fn forward(&self, input: EncoderInput) -> EncoderOutput {
+        self.try_forward(input)
             .unwrap_or_else(|e| panic!("encoder: {e}"))
-    }
-
-    /// Runs every block and returns each block's self-attention weights, for inspection.
-    ///
-    /// # Shapes
-    /// - `x`: `[batch, seq_len, d_model]`; `padding`: `[batch, seq_len]`
-    /// - returns: `[batch, seq_len, d_model]` and `n_layers` tensors
-    ///   `[batch, n_heads, seq_len, seq_len]`
-    ///
-    /// # Errors
-    /// As [`EncoderBlock::forward_with_weights`].
-    pub fn forward_with_weights(
-        &self,
-        x: Tensor<3>,
-        padding: Option<Tensor<2, Bool>>,
-    ) -> Result<(Tensor<3>, Vec<Tensor<4>>), ModelError> {
-        let (x, weights) = self.run(x, padding, NeedWeights::PerHead)?;
-        Ok((
-            x,
-            weights
-                .into_iter()
-                .map(|w| w.expect("weights were asked for"))
-                .collect(),
-        ))
     }
 
     /// Number of blocks.
     pub fn n_layers(&self) -> usize {
         self.layers.len()
-    }
-
-    pub(crate) fn run(
-        &self,
-        x: Tensor<3>,
-        padding: Option<Tensor<2, Bool>>,
-        need_weights: NeedWeights,
-    ) -> Result<(Tensor<3>, Vec<Option<Tensor<4>>>), ModelError> {
-        let mut x = x;
-        let mut weights = Vec::with_capacity(self.layers.len());
-        for layer in &self.layers {
-            let (y, w) = layer.run(x, padding.clone(), need_weights)?;
-            x = y;
-            weights.push(w);
-        }
-        let x = match &self.norm_final {
-            Some(norm) => norm.forward(x),
-            None => x,
-        };
-        Ok((x, weights))
     }
 }
 
@@ -421,8 +385,12 @@ mod tests {
                 let keep = pad.clone().bool_not().float().unsqueeze_dim::<3>(2); // [batch, seq_len, 1]
                 // Only padded positions change: x + noise · padding.
                 let changed = x.clone() + noise * pad.clone().float().unsqueeze_dim::<3>(2);
-                let a = encoder.forward(x, Some(pad.clone()));
-                let b = encoder.forward(changed, Some(pad));
+                let a = encoder
+                    .forward(EncoderInput::new(x).with_padding(pad.clone()))
+                    .output;
+                let b = encoder
+                    .forward(EncoderInput::new(changed).with_padding(pad))
+                    .output;
                 let a = to_vec(a * keep.clone());
                 let b = to_vec(b * keep);
                 assert_close_slices(&b, &a, ATOL, RTOL, &format!("{norm:?}: real positions"));
@@ -440,10 +408,15 @@ mod tests {
                     .init(&d.device)
                     .expect("valid");
                 let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
-                let full = block.forward(x.clone(), None);
+                let full = block.forward(EncoderInput::new(x.clone())).output;
                 for t in 0..SEQ_LEN {
-                    let prefix =
-                        block.forward(x.clone().slice([0..BATCH, 0..t + 1, 0..D_MODEL]), None);
+                    let prefix = block
+                        .forward(EncoderInput::new(x.clone().slice([
+                            0..BATCH,
+                            0..t + 1,
+                            0..D_MODEL,
+                        ])))
+                        .output;
                     assert_tensors_close(
                         prefix.slice([0..BATCH, t..t + 1, 0..D_MODEL]),
                         full.clone().slice([0..BATCH, t..t + 1, 0..D_MODEL]),
@@ -468,8 +441,10 @@ mod tests {
             let order = [3_i64, 0, 4, 1, 2];
             let perm =
                 Tensor::<1, burn::tensor::Int>::from_data(TensorData::from(order), &d.device);
-            let permuted_out = encoder.forward(x.clone().select(1, perm.clone()), None);
-            let out_permuted = encoder.forward(x, None).select(1, perm);
+            let permuted_out = encoder
+                .forward(EncoderInput::new(x.clone().select(1, perm.clone())))
+                .output;
+            let out_permuted = encoder.forward(EncoderInput::new(x)).output.select(1, perm);
             assert_tensors_close(permuted_out, out_permuted, ATOL, RTOL, "f(Px) = P f(x)");
         });
     }
@@ -484,12 +459,21 @@ mod tests {
             assert_eq!(encoder.n_layers(), 3);
             let x = rng.tensor([BATCH, SEQ_LEN, D_MODEL], &d.device);
             let pad = padding(&[5, 3, 2], &d.device);
-            let (out, weights) = encoder
-                .forward_with_weights(x.clone(), Some(pad.clone()))
+            let EncoderOutput {
+                output: out,
+                weights,
+            } = encoder
+                .try_forward(
+                    EncoderInput::new(x.clone())
+                        .with_padding(pad.clone())
+                        .with_weights(NeedWeights::PerHead),
+                )
                 .expect("explicit strategy");
             assert_tensors_close(
                 out,
-                encoder.forward(x, Some(pad)),
+                encoder
+                    .forward(EncoderInput::new(x).with_padding(pad))
+                    .output,
                 ATOL,
                 RTOL,
                 "same output",
@@ -518,14 +502,14 @@ mod tests {
                 .init(&d.device)
                 .expect("valid")
                 .load_record(post.clone().into_record());
-            let y = post.forward(x.clone(), None);
+            let y = post.forward(EncoderInput::new(x.clone())).output;
             // A freshly initialised LayerNorm (gamma 1, beta 0) leaves every position with
             // mean 0 and variance 1 (up to epsilon).
             let mean = to_vec(y.clone().mean_dim(2));
             assert_close_slices(&mean, &vec![0.0; mean.len()], 1e-5, 0.0, "mean");
             let var = to_vec(y.clone().var_bias(2));
             assert_close_slices(&var, &vec![1.0; var.len()], 1e-3, 0.0, "variance");
-            let z = pre.forward(x, None);
+            let z = pre.forward(EncoderInput::new(x)).output;
             let (diff, _) = attn_testing::max_abs_diff(&to_vec(y), &to_vec(z));
             assert!(
                 diff > 1e-2,
@@ -568,7 +552,7 @@ mod tests {
             .init(&device)
             .expect("valid");
         let err = block
-            .try_forward(Tensor::zeros([1, 2, 8], &device), None)
+            .try_forward(EncoderInput::new(Tensor::zeros([1, 2, 8], &device)))
             .expect_err("width 8");
         assert!(
             matches!(

@@ -19,18 +19,21 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Bool, Device, Int, Tensor};
 
-use crate::attention::check_shape;
+use crate::attention::{NeedWeights, check_shape};
 use crate::cache::{KvCache, MemoryCache};
-use crate::decoder::DecoderWeights;
-use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, NormPlacement};
+use crate::embedding::{DrawOrder, TokenEmbedding};
+use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, EncoderInput};
 use crate::error::{ModelError, check_nonzero};
 use crate::feed_forward::Activation;
-use crate::token_decoder::{TokenDecoder, TokenDecoderConfig, TokenEmbedding};
+use crate::residual::NormPlacement;
+use crate::token_decoder::{
+    TargetMemory, TokenDecoder, TokenDecoderConfig, TokenDecoderInput, TokenDecoderOutput,
+};
 
 /// Configuration of an [`EncoderDecoder`].
 ///
 /// ```
-/// use attn_model::{EncoderDecoderConfig, PositionalScheme};
+/// use attn_model::{EncoderDecoderConfig, EncoderDecoderInput, PositionalScheme};
 /// use burn::tensor::{Device, Int, Tensor};
 ///
 /// let device = Device::flex();
@@ -39,8 +42,8 @@ use crate::token_decoder::{TokenDecoder, TokenDecoderConfig, TokenEmbedding};
 ///     .unwrap();
 /// let source = Tensor::<2, Int>::from_ints([[1, 2, 3, 4], [5, 6, 0, 0]], &device);
 /// let target = Tensor::<2, Int>::from_ints([[1, 2, 3], [4, 5, 6]], &device);
-/// let logits = model.try_forward(source, None, target, None).unwrap();
-/// assert_eq!(logits.dims(), [2, 3, 11]);
+/// let out = model.try_forward(EncoderDecoderInput::new(source, target)).unwrap();
+/// assert_eq!(out.logits.dims(), [2, 3, 11]);
 /// ```
 #[derive(Config, Debug)]
 pub struct EncoderDecoderConfig {
@@ -143,6 +146,7 @@ impl EncoderDecoderConfig {
                 &self.pos,
                 self.dropout,
                 true,
+                DrawOrder::PositionsFirst,
                 device,
             )?,
             encoder: self.encoder().init(device)?,
@@ -159,6 +163,75 @@ pub struct Memory {
     pub states: Tensor<3>,
     /// `[batch, seq_len_kv]`, `true` = padding.
     pub padding: Option<Tensor<2, Bool>>,
+}
+
+/// What an [`EncoderDecoder`] reads: the source with its padding, the target with its left
+/// padding, and which attention weights to return beside the logits; or, for a cached step,
+/// the source's cached keys and values and the target tokens that follow what a [`KvCache`]
+/// holds.
+#[derive(Debug)]
+pub struct EncoderDecoderInput<'a> {
+    source: SourceInput<'a>,
+    source_padding: Option<Tensor<2, Bool>>,
+    target: TokenDecoderInput<'a>,
+}
+
+/// The source as the decoder reads it: tokens to encode, or an encoding already projected.
+#[derive(Debug)]
+enum SourceInput<'a> {
+    Tokens(Tensor<2, Int>),
+    Cached(&'a MemoryCache),
+}
+
+impl<'a> EncoderDecoderInput<'a> {
+    /// Source and target token ids, without padding or weights.
+    ///
+    /// # Shapes
+    /// - `source`: `[batch, seq_len_kv]`, ids in `0..src_vocab`
+    /// - `target`: `[batch, seq_len]`, ids in `0..tgt_vocab`
+    pub fn new(source: Tensor<2, Int>, target: Tensor<2, Int>) -> Self {
+        Self {
+            source: SourceInput::Tokens(source),
+            source_padding: None,
+            target: TokenDecoderInput::new(target),
+        }
+    }
+
+    /// A cached step: the target tokens at slots `cache.filled()..`, attending to a source
+    /// encoded and projected once ([`EncoderDecoder::try_encode`], then
+    /// [`EncoderDecoder::memory_cache`]); see [`TokenDecoderInput::with_cache`].
+    ///
+    /// # Shapes
+    /// - `target`: `[batch, seq_len]`
+    pub fn cached(memory: &'a MemoryCache, target: Tensor<2, Int>, cache: &'a mut KvCache) -> Self {
+        Self {
+            source: SourceInput::Cached(memory),
+            source_padding: None,
+            target: TokenDecoderInput::new(target).with_cache(cache),
+        }
+    }
+
+    /// Masks padded source keys (`true` = padding; the source is right-padded).
+    ///
+    /// # Shapes
+    /// - `padding`: `[batch, seq_len_kv]`
+    pub fn with_source_padding(mut self, padding: Tensor<2, Bool>) -> Self {
+        self.source_padding = Some(padding);
+        self
+    }
+
+    /// Target sequence `b` starts with `left_pad[b]` padding tokens (see
+    /// [`TokenDecoderInput::with_left_pad`]).
+    pub fn with_left_pad(mut self, left_pad: &'a [usize]) -> Self {
+        self.target = self.target.with_left_pad(left_pad);
+        self
+    }
+
+    /// Asks for every decoder block's self- and cross-attention weights too.
+    pub fn with_weights(mut self, need_weights: NeedWeights) -> Self {
+        self.target = self.target.with_weights(need_weights);
+        self
+    }
 }
 
 /// Source embedding and encoder, and a target [`TokenDecoder`] whose blocks attend to the
@@ -194,51 +267,61 @@ impl EncoderDecoder {
             check_shape("source padding", &[batch, seq_len_kv], &padding.dims())?;
         }
         let x = self.source.forward(source, 0, &vec![0; batch])?; // [batch, seq_len_kv, d_model]
-        let states = self.encoder.try_forward(x, padding.clone())?;
+        let states = self
+            .encoder
+            .try_forward(EncoderInput {
+                x,
+                padding: padding.clone(),
+                need_weights: NeedWeights::No,
+            })?
+            .output;
         Ok(Memory { states, padding })
     }
 
-    /// Target logits for every position, recomputed from scratch.
+    /// Target logits for every position, recomputed from scratch; or, for a cached step
+    /// ([`EncoderDecoderInput::cached`]), of the new target tokens only.
     ///
     /// # Shapes
-    /// - `source`, `source_padding`: `[batch, seq_len_kv]`
-    /// - `target`: `[batch, seq_len]`, left-padded by `left_pad`
-    /// - returns: `[batch, seq_len, tgt_vocab]`
+    /// - `input.source`, `input.source_padding`: `[batch, seq_len_kv]`
+    /// - `input.target`: `[batch, seq_len]`, left-padded by `input.left_pad`
+    /// - returns: logits `[batch, seq_len, tgt_vocab]`; when asked for, each decoder block's
+    ///   self-attention weights and cross-attention weights `[batch, n_heads, seq_len,
+    ///   seq_len_kv]` (queries: target, keys: source), which say which source tokens each
+    ///   target token reads
     ///
     /// # Errors
-    /// Those of [`try_encode`](Self::try_encode) and [`TokenDecoder::try_forward`].
+    /// Those of [`try_encode`](Self::try_encode) and [`TokenDecoder::try_forward`] (a cached
+    /// step's included); [`ModelError::CacheBatchMismatch`] for a memory cache of another
+    /// batch.
     pub fn try_forward(
         &self,
-        source: Tensor<2, Int>,
-        source_padding: Option<Tensor<2, Bool>>,
-        target: Tensor<2, Int>,
-        left_pad: Option<&[usize]>,
-    ) -> Result<Tensor<3>, ModelError> {
-        let memory = self.try_encode(source, source_padding)?;
-        self.target
-            .run(target, left_pad, Some((memory.states, memory.padding)))
+        input: EncoderDecoderInput<'_>,
+    ) -> Result<TokenDecoderOutput, ModelError> {
+        let memory = match input.source {
+            SourceInput::Tokens(source) => {
+                let memory = self.try_encode(source, input.source_padding)?;
+                TargetMemory::States(memory.states, memory.padding)
+            }
+            SourceInput::Cached(_) if input.source_padding.is_some() => {
+                return Err(ModelError::CachedInput(
+                    "a cached step takes the source's padding from its memory cache",
+                ));
+            }
+            SourceInput::Cached(memory) => TargetMemory::Cached(memory),
+        };
+        self.target.run(input.target, memory)
     }
 
-    /// [`try_forward`](Self::try_forward), also returning every decoder block's self- and
-    /// cross-attention weights (computed explicitly, whatever the configured strategy): the
-    /// cross-attention weights say which source tokens each target token reads.
+    /// [`try_forward`](Self::try_forward) for inputs known to fit.
     ///
     /// # Shapes
-    /// - as [`try_forward`](Self::try_forward); each block's cross-attention weights
-    ///   `[batch, n_heads, seq_len, seq_len_kv]` (queries: target, keys: source)
-    ///
-    /// # Errors
     /// As [`try_forward`](Self::try_forward).
-    pub fn try_forward_with_weights(
-        &self,
-        source: Tensor<2, Int>,
-        source_padding: Option<Tensor<2, Bool>>,
-        target: Tensor<2, Int>,
-        left_pad: Option<&[usize]>,
-    ) -> Result<(Tensor<3>, Vec<DecoderWeights>), ModelError> {
-        let memory = self.try_encode(source, source_padding)?;
-        self.target
-            .run_with_weights(target, left_pad, Some((memory.states, memory.padding)))
+    ///
+    /// # Panics
+    /// On any [`ModelError`], with its message.
+    pub fn forward(&self, input: EncoderDecoderInput<'_>) -> TokenDecoderOutput {
+        self.try_forward(input)
+            .unwrap_or_else(|e| panic!("encoder-decoder: {e}"))
     }
 
     /// Cross-attention keys and values of every decoder layer, projected once from `memory`.
@@ -262,23 +345,6 @@ impl EncoderDecoder {
         left_pad: Option<&[usize]>,
     ) -> Result<KvCache, ModelError> {
         self.target.new_cache(batch, capacity, left_pad)
-    }
-
-    /// Target logits for the tokens after what `cache` holds, attending to the cached memory.
-    ///
-    /// # Shapes
-    /// - `target`: `[batch, seq_len]`; returns `[batch, seq_len, tgt_vocab]`
-    ///
-    /// # Errors
-    /// As [`TokenDecoder::try_step`]; [`ModelError::CacheBatchMismatch`] for a memory of
-    /// another batch.
-    pub fn try_step(
-        &self,
-        target: Tensor<2, Int>,
-        cache: &mut KvCache,
-        memory: &MemoryCache,
-    ) -> Result<Tensor<3>, ModelError> {
-        self.target.run_step(target, cache, Some(memory))
     }
 
     /// Source vocabulary size.

@@ -163,6 +163,11 @@ pub enum ModelError {
     /// A decoder that attends to memory was run without one, or one without was given one.
     #[error("{0}")]
     MemoryMismatch(&'static str),
+    /// A cached step given what only a full forward takes (left padding, which the cache
+    /// holds; attention weights, which a step does not return; a source padding, which the
+    /// memory cache holds).
+    #[error("{0}")]
+    CachedInput(&'static str),
     /// A sampling setting outside its range.
     #[error("{what} must be {range}, got {value}")]
     InvalidSampling {

@@ -21,9 +21,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{KvCache, MemoryCache, check_left_pad};
-use crate::encoder_decoder::EncoderDecoder;
+use crate::encoder_decoder::{EncoderDecoder, EncoderDecoderInput};
 use crate::error::ModelError;
-use crate::token_decoder::TokenDecoder;
+use crate::token_decoder::{TokenDecoder, TokenDecoderInput};
 
 /// How the next token is chosen from the logits.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -208,8 +208,12 @@ enum Source<'a> {
 impl Source<'_> {
     fn step(&self, tokens: Tensor<2, Int>, cache: &mut KvCache) -> Result<Tensor<3>, ModelError> {
         match self {
-            Source::Decoder(model) => model.try_step(tokens, cache),
-            Source::EncoderDecoder(model, memory) => model.try_step(tokens, cache, memory),
+            Source::Decoder(model) => model
+                .try_forward(TokenDecoderInput::new(tokens).with_cache(cache))
+                .map(|out| out.logits),
+            Source::EncoderDecoder(model, memory) => model
+                .try_forward(EncoderDecoderInput::cached(memory, tokens, cache))
+                .map(|out| out.logits),
         }
     }
 }
@@ -411,7 +415,7 @@ impl TokenDecoder {
     /// - `prompt`: `[batch, seq_len]` token ids
     ///
     /// # Errors
-    /// [`ModelError::InvalidSampling`], the errors of [`TokenDecoder::try_step`] for the
+    /// [`ModelError::InvalidSampling`], the errors of [`TokenDecoder::try_forward`]'s cached step for the
     /// prompt (bad ids, a prompt longer than the capacity); each later step's errors come
     /// from the iterator.
     pub fn generate(

@@ -4,7 +4,7 @@
 //! `XConfig` → `validate()` → `init(&device)` → `X` → `forward`.
 //!
 //! Decoding goes through a [`KvCache`]: each step projects only its new tokens and attends
-//! over the keys and values already cached ([`TokenDecoder::try_step`]), and
+//! over the keys and values already cached ([`TokenDecoderInput::with_cache`]), and
 //! [`TokenDecoder::generate`] runs greedy or sampled generation on top of it.
 //!
 //! Attention itself is `attn-core`'s (any [`Strategy`](attn_core::Strategy)); positions are
@@ -16,13 +16,18 @@
 //! that arrive at run time (token ids, lengths, mask shapes, PyTorch files) are checked by the
 //! `try_forward` methods, and `forward` panics with the same message.
 //!
+//! One way into each module: `try_forward(XInput) -> Result<XOutput, ModelError>`, and
+//! `forward` beside it for inputs known to fit. What varies between calls (padding, memory,
+//! which attention weights to return, a cache to step through) is a builder method of the
+//! input, and what comes back (the output, the weights) a field of the output.
+//!
 //! Deviations from Vaswani et al. (2017), each stated where it happens: pre-norm as an option
 //! ([`NormPlacement`]), GELU as an option ([`Activation`]), dropout also on attention weights
 //! and feed-forward hidden units (PyTorch's placement), LayerNorm epsilon `1e-5`, and masked
 //! scores filled with `−∞` by `attn-core`, whose fully masked rows give zeros rather than NaN.
 //!
 //! ```
-//! use attn_model::{EncoderBlockConfig, NormPlacement};
+//! use attn_model::{EncoderBlockConfig, EncoderInput, NeedWeights, NormPlacement};
 //! use burn::tensor::{Device, Tensor};
 //!
 //! let device = Device::flex();
@@ -31,16 +36,19 @@
 //!     .init(&device)
 //!     .unwrap();
 //! let x = Tensor::<3>::ones([2, 5, 12], &device);
-//! let (y, weights) = block.forward_with_weights(x, None).unwrap();
-//! assert_eq!(y.dims(), [2, 5, 12]);
+//! let out = block
+//!     .try_forward(EncoderInput::new(x).with_weights(NeedWeights::PerHead))
+//!     .unwrap();
+//! assert_eq!(out.output.dims(), [2, 5, 12]);
 //! // Identical tokens: every key gets weight 1/5.
-//! let w = weights.into_data().try_into_vec_as::<f32>().unwrap();
+//! let w = out.weights[0].clone().into_data().try_into_vec_as::<f32>().unwrap();
 //! assert!(w.iter().all(|w| (w - 0.2).abs() < 1e-6));
 //! ```
 
 mod attention;
 mod cache;
 mod decoder;
+mod embedding;
 mod encoder;
 mod encoder_decoder;
 mod error;
@@ -51,6 +59,7 @@ mod norm;
 pub mod ops;
 mod project;
 pub mod pytorch;
+mod residual;
 mod token_decoder;
 mod token_encoder;
 
@@ -60,10 +69,14 @@ pub use attention::{
 pub use attn_pos::{AlibiForm, PositionalScheme, RotaryPairing};
 pub use cache::{KvCache, MemoryCache};
 pub use decoder::{
-    Decoder, DecoderBlock, DecoderBlockConfig, DecoderConfig, DecoderInput, DecoderWeights,
+    Decoder, DecoderBlock, DecoderBlockConfig, DecoderConfig, DecoderInput, DecoderOutput,
+    DecoderWeights,
 };
-pub use encoder::{Encoder, EncoderBlock, EncoderBlockConfig, EncoderConfig, NormPlacement};
-pub use encoder_decoder::{EncoderDecoder, EncoderDecoderConfig, Memory};
+pub use embedding::TokenEmbedding;
+pub use encoder::{
+    Encoder, EncoderBlock, EncoderBlockConfig, EncoderConfig, EncoderInput, EncoderOutput,
+};
+pub use encoder_decoder::{EncoderDecoder, EncoderDecoderConfig, EncoderDecoderInput, Memory};
 pub use error::{ConfigError, ModelError};
 pub use feed_forward::{Activation, FeedForward, FeedForwardConfig};
 pub use generate::{GenerateConfig, GeneratedStep, Generation, Prompt, Sampling};
@@ -72,5 +85,6 @@ pub use pytorch::{
     StateDict, TorchDecoderLayer, TorchEncoderLayer, TorchLayerNorm, TorchLinear,
     TorchMultiheadAttention,
 };
-pub use token_decoder::{TokenDecoder, TokenDecoderConfig, TokenEmbedding};
-pub use token_encoder::{TokenEncoder, TokenEncoderConfig};
+pub use residual::NormPlacement;
+pub use token_decoder::{TokenDecoder, TokenDecoderConfig, TokenDecoderInput, TokenDecoderOutput};
+pub use token_encoder::{TokenEncoder, TokenEncoderConfig, TokenEncoderInput, TokenEncoderOutput};

@@ -13,179 +13,25 @@
 //! was given. The same convention holds with and without the key/value cache.
 
 use attn_core::Strategy;
-use attn_pos::{LearnedEncoding, LearnedEncodingConfig, PositionalScheme, SinusoidalEncoding};
+use attn_pos::PositionalScheme;
 use burn::config::Config;
-use burn::module::{Initializer, Module};
-use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Int, Tensor};
 
+use crate::attention::NeedWeights;
 use crate::cache::{KvCache, MemoryCache, check_left_pad, left_padding_mask};
 use crate::decoder::{Decoder, DecoderBlockConfig, DecoderConfig, DecoderInput, DecoderWeights};
-use crate::encoder::NormPlacement;
+use crate::embedding::{DrawOrder, TokenEmbedding};
 use crate::error::{ModelError, check_dropout, check_nonzero};
 use crate::feed_forward::Activation;
 use crate::project::project;
-
-/// Token embedding and additive positions: `Dropout(Embedding(tokens) · √d_model + PE)`.
-///
-/// Rotary and ALiBi positions act inside attention, so for them this adds nothing.
-#[derive(Module, Debug)]
-pub struct TokenEmbedding {
-    /// `vocab × d_model` table.
-    pub(crate) embedding: Embedding,
-    /// A learned position table, when the scheme is `Learned`.
-    pub(crate) learned: Option<LearnedEncoding>,
-    /// The sinusoidal table's generator, when the scheme is `Sinusoidal` (no parameters).
-    #[module(skip)]
-    sinusoidal: Option<SinusoidalEncoding>,
-    /// Dropout on the embedded sum (paper §5.4).
-    dropout: Dropout,
-    vocab: usize,
-    scale: bool,
-}
-
-impl TokenEmbedding {
-    /// A table of `vocab` rows of width `d_model`, from `N(0, 1/d_model)` when scaled by
-    /// `√d_model` (so the scaled embedding has unit variance), `N(0, 1)` otherwise.
-    pub(crate) fn new(
-        vocab: usize,
-        d_model: usize,
-        pos: &PositionalScheme,
-        dropout: f64,
-        scale: bool,
-        device: &Device,
-    ) -> Result<Self, ModelError> {
-        let std = if scale {
-            (d_model as f64).powf(-0.5)
-        } else {
-            1.0
-        };
-        let sinusoidal = match pos {
-            PositionalScheme::Sinusoidal { base } => Some(SinusoidalEncoding::new(d_model, *base)?),
-            _ => None,
-        };
-        let learned = match pos {
-            PositionalScheme::Learned { max_len } => {
-                Some(LearnedEncodingConfig::new(*max_len, d_model).try_init(device)?)
-            }
-            _ => None,
-        };
-        Ok(Self {
-            embedding: EmbeddingConfig::new(vocab, d_model)
-                .with_initializer(Initializer::Normal { mean: 0.0, std })
-                .init(device),
-            learned,
-            sinusoidal,
-            dropout: DropoutConfig::new(dropout).init(),
-            vocab,
-            scale,
-        })
-    }
-
-    /// Embeds tokens that sit at slots `offset..offset + seq_len` of a left-padded batch.
-    ///
-    /// # Shapes
-    /// - `tokens`: `[batch, seq_len]`; `left_pad`: one entry per sequence
-    /// - returns: `[batch, seq_len, d_model]`
-    ///
-    /// # Errors
-    /// [`ModelError::TokenOutOfRange`], and [`ModelError::Positional`] for a position past a
-    /// learned table.
-    pub(crate) fn forward(
-        &self,
-        tokens: Tensor<2, Int>,
-        offset: usize,
-        left_pad: &[usize],
-    ) -> Result<Tensor<3>, ModelError> {
-        check_tokens(&tokens, self.vocab)?;
-        let [_, d_model] = self.embedding.weight.shape().dims();
-        let x = self.embedding.forward(tokens); // [batch, seq_len, d_model]
-        let x = if self.scale {
-            x * (d_model as f64).sqrt()
-        } else {
-            x
-        };
-        let x = match self.positions(&x, offset, left_pad)? {
-            Some(table) => x + table,
-            None => x,
-        };
-        Ok(self.dropout.forward(x))
-    }
-
-    /// Width of the embeddings.
-    pub fn d_model(&self) -> usize {
-        self.embedding.weight.shape().dims::<2>()[1]
-    }
-
-    /// The additive table for each sequence's positions: slot `t` of sequence `b` is position
-    /// `t − left_pad[b]`; padding slots get zeros (no query attends to them).
-    ///
-    /// # Shapes
-    /// - `x`: `[batch, seq_len, d_model]`
-    /// - returns: `[1 or batch, seq_len, d_model]`
-    fn positions(
-        &self,
-        x: &Tensor<3>,
-        offset: usize,
-        left_pad: &[usize],
-    ) -> Result<Option<Tensor<3>>, ModelError> {
-        if self.sinusoidal.is_none() && self.learned.is_none() {
-            return Ok(None);
-        }
-        let [_, seq_len, d_model] = x.dims();
-        let device = x.device();
-        let rows = |len: usize, start: usize| -> Result<Tensor<2>, ModelError> {
-            match (&self.sinusoidal, &self.learned) {
-                (Some(sinusoidal), _) => Ok(sinusoidal.table(len, start, &device)),
-                (None, Some(learned)) => Ok(learned.table(len, start)?),
-                (None, None) => unreachable!("returned above"),
-            }
-        };
-        if left_pad.iter().all(|&pad| pad == 0) {
-            return Ok(Some(rows(seq_len, offset)?.unsqueeze::<3>())); // [1, seq_len, d_model]
-        }
-        let tables = left_pad
-            .iter()
-            .map(|&pad| {
-                let padded = pad.saturating_sub(offset).min(seq_len);
-                let real = seq_len - padded;
-                let mut parts = Vec::with_capacity(2);
-                if padded > 0 {
-                    parts.push(Tensor::<2>::zeros([padded, d_model], &device));
-                }
-                if real > 0 {
-                    parts.push(rows(real, offset + padded - pad)?);
-                }
-                Ok(Tensor::cat(parts, 0).unsqueeze::<3>()) // [1, seq_len, d_model]
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
-        Ok(Some(Tensor::cat(tables, 0))) // [batch, seq_len, d_model]
-    }
-}
-
-/// Errors on the first id outside `0..vocab`, naming where it is.
-pub(crate) fn check_tokens(tokens: &Tensor<2, Int>, vocab: usize) -> Result<(), ModelError> {
-    let [_batch, seq_len] = tokens.dims();
-    let ids = tokens.to_data();
-    let bad = ids
-        .iter::<i64>()
-        .enumerate()
-        .find(|(_, token)| !usize::try_from(*token).is_ok_and(|t| t < vocab));
-    match bad {
-        Some((index, token)) => Err(ModelError::TokenOutOfRange {
-            token,
-            vocab,
-            batch_index: index / seq_len,
-            position: index % seq_len,
-        }),
-        None => Ok(()),
-    }
-}
+use crate::residual::NormPlacement;
 
 /// Configuration of a [`TokenDecoder`].
 ///
 /// ```
-/// use attn_model::{PositionalScheme, TokenDecoderConfig};
+/// use attn_model::{PositionalScheme, TokenDecoderConfig, TokenDecoderInput};
 /// use burn::tensor::{Device, Int, Tensor};
 ///
 /// let device = Device::flex();
@@ -194,7 +40,7 @@ pub(crate) fn check_tokens(tokens: &Tensor<2, Int>, vocab: usize) -> Result<(), 
 ///     .init(&device)
 ///     .unwrap();
 /// let tokens = Tensor::<2, Int>::from_ints([[1, 2, 3], [4, 5, 10]], &device);
-/// assert_eq!(model.forward(tokens).dims(), [2, 3, 11]);
+/// assert_eq!(model.forward(TokenDecoderInput::new(tokens)).logits.dims(), [2, 3, 11]);
 /// ```
 #[derive(Config, Debug)]
 pub struct TokenDecoderConfig {
@@ -296,6 +142,7 @@ impl TokenDecoderConfig {
                 &self.pos,
                 self.dropout,
                 self.scale_embedding,
+                DrawOrder::PositionsFirst,
                 device,
             )?,
             decoder: self.decoder().init(device)?,
@@ -322,40 +169,113 @@ pub struct TokenDecoder {
     vocab: usize,
 }
 
+/// What a [`TokenDecoder`] reads: token ids, how many padding tokens open each sequence, and
+/// which attention weights to return beside the logits; or, for a cached step, the tokens that
+/// follow what a [`KvCache`] holds.
+#[derive(Debug)]
+pub struct TokenDecoderInput<'a> {
+    tokens: Tensor<2, Int>,
+    left_pad: Option<&'a [usize]>,
+    need_weights: NeedWeights,
+    cache: Option<&'a mut KvCache>,
+}
+
+impl<'a> TokenDecoderInput<'a> {
+    /// Token ids, without padding or weights.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq_len]`, ids in `0..vocab`
+    pub fn new(tokens: Tensor<2, Int>) -> Self {
+        Self {
+            tokens,
+            left_pad: None,
+            need_weights: NeedWeights::No,
+            cache: None,
+        }
+    }
+
+    /// Sequence `b` starts with `left_pad[b]` padding tokens (any ids): no query attends to
+    /// them, and the sequence's positions count from its first real token.
+    pub fn with_left_pad(mut self, left_pad: &'a [usize]) -> Self {
+        self.left_pad = Some(left_pad);
+        self
+    }
+
+    /// Asks for every block's attention weights too (the fused, chunked and native strategies
+    /// cannot return them).
+    pub fn with_weights(mut self, need_weights: NeedWeights) -> Self {
+        self.need_weights = need_weights;
+        self
+    }
+
+    /// A cached step: the tokens sit at slots `cache.filled()..`; only they are projected,
+    /// their keys and values are written into `cache`, and attention reads what it holds.
+    /// Each sequence's left padding is the cache's (see [`TokenDecoder::new_cache`]).
+    pub fn with_cache(mut self, cache: &'a mut KvCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+}
+
+/// What a [`TokenDecoder`] or [`EncoderDecoder`](crate::EncoderDecoder) returns.
+#[derive(Clone, Debug)]
+pub struct TokenDecoderOutput {
+    /// `[batch, seq_len, vocab]`.
+    pub logits: Tensor<3>,
+    /// Each block's attention weights, first to last, when the input asked for them; empty
+    /// otherwise.
+    pub weights: Vec<DecoderWeights>,
+}
+
+/// What the blocks of a [`TokenDecoder`] with cross-attention read: nothing (decoder-only),
+/// the encoder's states with their padding (a full forward), or their cached keys and values
+/// (a cached step).
+#[derive(Debug)]
+pub(crate) enum TargetMemory<'m> {
+    None,
+    States(Tensor<3>, Option<Tensor<2, Bool>>),
+    Cached(&'m MemoryCache),
+}
+
 impl TokenDecoder {
-    /// Logits for every position, recomputed from scratch (the reference for the cache).
+    /// Logits for every position: recomputed from scratch (the reference for the cache), or,
+    /// for a cached step ([`TokenDecoderInput::with_cache`]), of the new tokens only.
     ///
     /// Reads the token ids back to the host to check them.
     ///
     /// # Shapes
-    /// - `tokens`: `[batch, seq_len]`, ids in `0..vocab`, sequence `b` starting with
-    ///   `left_pad[b]` padding tokens (any ids)
-    /// - returns: `[batch, seq_len, vocab]`
+    /// - `input.tokens`: `[batch, seq_len]`, ids in `0..vocab`, sequence `b` starting with
+    ///   `left_pad[b]` padding tokens (any ids); for a cached step, the tokens at slots
+    ///   `cache.filled()..`
+    /// - returns: logits `[batch, seq_len, vocab]`; when asked for, each block's self-attention
+    ///   weights `[batch, n_heads, seq_len, seq_len]`
     ///
     /// # Errors
     /// [`ModelError::TokenOutOfRange`] naming the first bad id and where it is,
     /// [`ModelError::PerSequenceMismatch`] or [`ModelError::PaddingTooLong`] for a `left_pad`
     /// that does not fit, [`ModelError::Positional`] for a sequence longer than a learned
     /// table, [`ModelError::MemoryMismatch`] for a model with cross-attention (use
-    /// [`EncoderDecoder`](crate::EncoderDecoder)).
+    /// [`EncoderDecoder`](crate::EncoderDecoder)), [`ModelError::Attention`] when the
+    /// configured strategy cannot return the weights asked for. A cached step: those of
+    /// [`Decoder::try_forward`]'s cached step ([`ModelError::CacheFull`], [`ModelError::CacheBatchMismatch`],
+    /// ...), each naming the numbers, and [`ModelError::CachedInput`] for left padding or
+    /// weights; nothing is written into the cache when a check fails.
     pub fn try_forward(
         &self,
-        tokens: Tensor<2, Int>,
-        left_pad: Option<&[usize]>,
-    ) -> Result<Tensor<3>, ModelError> {
-        self.run(tokens, left_pad, None)
+        input: TokenDecoderInput<'_>,
+    ) -> Result<TokenDecoderOutput, ModelError> {
+        self.run(input, TargetMemory::None)
     }
 
-    /// [`try_forward`](Self::try_forward) without padding, for inputs known to fit.
+    /// [`try_forward`](Self::try_forward) for inputs known to fit.
     ///
     /// # Shapes
-    /// - `tokens`: `[batch, seq_len]`
-    /// - returns: `[batch, seq_len, vocab]`
+    /// As [`try_forward`](Self::try_forward).
     ///
     /// # Panics
     /// On any [`ModelError`], with its message.
-    pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
-        self.try_forward(tokens, None)
+    pub fn forward(&self, input: TokenDecoderInput<'_>) -> TokenDecoderOutput {
+        self.try_forward(input)
             .unwrap_or_else(|e| panic!("token decoder: {e}"))
     }
 
@@ -373,36 +293,6 @@ impl TokenDecoder {
         self.decoder.new_cache(batch, capacity, left_pad)
     }
 
-    /// Logits for the tokens that follow what `cache` holds, projecting only these tokens.
-    ///
-    /// # Shapes
-    /// - `tokens`: `[batch, seq_len]`, the tokens at slots `cache.filled()..`
-    /// - returns: `[batch, seq_len, vocab]`
-    ///
-    /// # Errors
-    /// [`ModelError::TokenOutOfRange`], and those of [`Decoder::try_step`]
-    /// ([`ModelError::CacheFull`], [`ModelError::CacheBatchMismatch`], ...), each naming the
-    /// numbers. Nothing is written when a check fails.
-    pub fn try_step(
-        &self,
-        tokens: Tensor<2, Int>,
-        cache: &mut KvCache,
-    ) -> Result<Tensor<3>, ModelError> {
-        self.run_step(tokens, cache, None)
-    }
-
-    /// [`try_step`](Self::try_step) for inputs known to fit.
-    ///
-    /// # Shapes
-    /// As [`try_step`](Self::try_step).
-    ///
-    /// # Panics
-    /// On any [`ModelError`], with its message.
-    pub fn step(&self, tokens: Tensor<2, Int>, cache: &mut KvCache) -> Tensor<3> {
-        self.try_step(tokens, cache)
-            .unwrap_or_else(|e| panic!("token decoder: {e}"))
-    }
-
     /// Vocabulary size.
     pub fn vocab(&self) -> usize {
         self.vocab
@@ -418,42 +308,60 @@ impl TokenDecoder {
         self.head.is_none()
     }
 
-    /// [`try_forward`](Self::try_forward), also returning every block's attention weights
-    /// (computed explicitly, whatever the configured strategy).
-    ///
-    /// # Shapes
-    /// - as [`try_forward`](Self::try_forward); each block's self-attention weights
-    ///   `[batch, n_heads, seq_len, seq_len]`
-    ///
-    /// # Errors
-    /// As [`try_forward`](Self::try_forward).
-    pub fn try_forward_with_weights(
-        &self,
-        tokens: Tensor<2, Int>,
-        left_pad: Option<&[usize]>,
-    ) -> Result<(Tensor<3>, Vec<DecoderWeights>), ModelError> {
-        self.run_with_weights(tokens, left_pad, None)
-    }
-
+    /// Logits (and weights) of `input`, its blocks attending to `memory` when given.
     pub(crate) fn run(
         &self,
-        tokens: Tensor<2, Int>,
-        left_pad: Option<&[usize]>,
-        memory: Option<(Tensor<3>, Option<Tensor<2, Bool>>)>,
-    ) -> Result<Tensor<3>, ModelError> {
-        let input = self.input(tokens, left_pad, memory)?;
-        Ok(self.logits(self.decoder.try_forward(input)?))
-    }
-
-    pub(crate) fn run_with_weights(
-        &self,
-        tokens: Tensor<2, Int>,
-        left_pad: Option<&[usize]>,
-        memory: Option<(Tensor<3>, Option<Tensor<2, Bool>>)>,
-    ) -> Result<(Tensor<3>, Vec<DecoderWeights>), ModelError> {
-        let input = self.input(tokens, left_pad, memory)?;
-        let (x, weights) = self.decoder.forward_with_weights(input)?;
-        Ok((self.logits(x), weights))
+        input: TokenDecoderInput<'_>,
+        memory: TargetMemory<'_>,
+    ) -> Result<TokenDecoderOutput, ModelError> {
+        let TokenDecoderInput {
+            tokens,
+            left_pad,
+            need_weights,
+            cache,
+        } = input;
+        if let Some(cache) = cache {
+            if left_pad.is_some() {
+                return Err(ModelError::CachedInput(
+                    "a cached step takes each sequence's left padding from its cache",
+                ));
+            }
+            if need_weights != NeedWeights::No {
+                return Err(ModelError::CachedInput(
+                    "a cached step returns no attention weights",
+                ));
+            }
+            let memory = match memory {
+                TargetMemory::None => None,
+                TargetMemory::Cached(memory) => Some(memory),
+                TargetMemory::States(..) => {
+                    return Err(ModelError::CachedInput(
+                        "a cached step reads the memory's keys and values from a MemoryCache",
+                    ));
+                }
+            };
+            return Ok(TokenDecoderOutput {
+                logits: self.run_step(tokens, cache, memory)?,
+                weights: Vec::new(),
+            });
+        }
+        let memory = match memory {
+            TargetMemory::None => None,
+            TargetMemory::States(states, padding) => Some((states, padding)),
+            TargetMemory::Cached(_) => {
+                return Err(ModelError::CachedInput(
+                    "a memory cache serves cached steps only",
+                ));
+            }
+        };
+        let blocks = self
+            .input(tokens, left_pad, memory)?
+            .with_weights(need_weights);
+        let decoded = self.decoder.try_forward(blocks)?;
+        Ok(TokenDecoderOutput {
+            logits: self.logits(decoded.output),
+            weights: decoded.weights,
+        })
     }
 
     /// The embedded target stream with its padding and memory, what the blocks read.
@@ -462,7 +370,7 @@ impl TokenDecoder {
         tokens: Tensor<2, Int>,
         left_pad: Option<&[usize]>,
         memory: Option<(Tensor<3>, Option<Tensor<2, Bool>>)>,
-    ) -> Result<DecoderInput, ModelError> {
+    ) -> Result<DecoderInput<'static>, ModelError> {
         let [batch, seq_len] = tokens.dims();
         let left_pad = check_left_pad(left_pad, batch, seq_len)?;
         let x = self.embedding.forward(tokens.clone(), 0, &left_pad)?; // [batch, seq_len, d_model]
@@ -476,7 +384,7 @@ impl TokenDecoder {
         Ok(input)
     }
 
-    pub(crate) fn run_step(
+    fn run_step(
         &self,
         tokens: Tensor<2, Int>,
         cache: &mut KvCache,
@@ -492,7 +400,10 @@ impl TokenDecoder {
         let x = self
             .embedding
             .forward(tokens, cache.filled(), cache.left_pad())?; // [batch, seq_len, d_model]
-        Ok(self.logits(self.decoder.try_step(x, cache, memory)?))
+        let decoded = self
+            .decoder
+            .try_forward(DecoderInput::new(x).with_cache(cache, memory))?;
+        Ok(self.logits(decoded.output))
     }
 
     /// `x · W_head`, or `x · Eᵀ` when tied.
@@ -545,8 +456,8 @@ mod tests {
             let ids: Vec<i64> = (0..3 * 5).map(|_| rng.range(0, VOCAB - 1) as i64).collect();
             let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [3, 5]), &d.device);
             assert_tensors_close(
-                tied.forward(tokens.clone()),
-                untied.forward(tokens),
+                tied.forward(TokenDecoderInput::new(tokens.clone())).logits,
+                untied.forward(TokenDecoderInput::new(tokens)).logits,
                 ATOL,
                 RTOL,
                 "x · Eᵀ",

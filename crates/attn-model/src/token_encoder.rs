@@ -7,38 +7,39 @@
 //! logits = x · W_head + b_head
 //! ```
 //!
-//! The embedding scale `√d_model` and the dropout on the embedded sum are the paper's (§3.4,
-//! §5.4). The embedding table starts from `N(0, 1/d_model)` when it is scaled (fairseq's
-//! choice), `N(0, 1)` otherwise, so that the scaled embedding has unit variance either way.
-//! Sinusoidal and learned positions are added to the embeddings; rotary and ALiBi positions
-//! act inside every attention layer instead.
+//! The embedding is the token models' shared [`TokenEmbedding`]: the scale `√d_model` and the
+//! dropout on the embedded sum are the paper's (§3.4, §5.4). Sinusoidal and learned positions
+//! are added to the embeddings; rotary and ALiBi positions act inside every attention layer
+//! instead.
 
 use attn_core::Strategy;
-use attn_pos::{LearnedEncoding, LearnedEncodingConfig, PositionalScheme, SinusoidalEncoding};
+use attn_pos::PositionalScheme;
 use burn::config::Config;
-use burn::module::{Initializer, Module};
-use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
+use burn::module::Module;
+use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Int, Tensor};
 
 use crate::attention::NeedWeights;
-use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, NormPlacement};
+use crate::embedding::{DrawOrder, TokenEmbedding};
+use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, EncoderInput};
 use crate::error::{ModelError, check_nonzero};
 use crate::feed_forward::Activation;
 use crate::project::project;
+use crate::residual::NormPlacement;
 
 /// Configuration of a [`TokenEncoder`].
 ///
 /// ```
-/// use attn_model::{PositionalScheme, TokenEncoderConfig};
+/// use attn_model::{PositionalScheme, TokenEncoderConfig, TokenEncoderInput};
 /// use burn::tensor::{Device, Int, Tensor};
 ///
 /// let config = TokenEncoderConfig::new(11, 4, 12, 3, 2, 24, PositionalScheme::Sinusoidal { base: 10_000.0 });
 /// let model = config.init(&Device::flex()).unwrap();
 /// let tokens = Tensor::<2, Int>::from_ints([[1, 2, 3], [4, 5, 10]], &Device::flex());
-/// assert_eq!(model.forward(tokens.clone()).dims(), [2, 3, 4]);
+/// assert_eq!(model.forward(TokenEncoderInput::new(tokens)).logits.dims(), [2, 3, 4]);
 /// // An id outside 0..11 is an error that names it.
 /// let bad = Tensor::<2, Int>::from_ints([[1, 11]], &Device::flex());
-/// let err = model.try_forward(bad, None).unwrap_err();
+/// let err = model.try_forward(TokenEncoderInput::new(bad)).unwrap_err();
 /// assert_eq!(err.to_string(), "token 11 at batch index 0, position 1 is outside the vocabulary 0..11");
 /// ```
 #[derive(Config, Debug)]
@@ -145,35 +146,18 @@ impl TokenEncoderConfig {
     /// Any error of [`validate`](Self::validate).
     pub fn init(&self, device: &Device) -> Result<TokenEncoder, ModelError> {
         self.validate()?;
-        let std = if self.scale_embedding {
-            (self.d_model as f64).powf(-0.5)
-        } else {
-            1.0
-        };
-        let embedding = EmbeddingConfig::new(self.vocab, self.d_model)
-            .with_initializer(Initializer::Normal { mean: 0.0, std })
-            .init(device);
-        let sinusoidal = match self.pos {
-            PositionalScheme::Sinusoidal { base } => {
-                Some(SinusoidalEncoding::new(self.d_model, base)?)
-            }
-            _ => None,
-        };
-        let learned = match self.pos {
-            PositionalScheme::Learned { max_len } => {
-                Some(LearnedEncodingConfig::new(max_len, self.d_model).try_init(device)?)
-            }
-            _ => None,
-        };
         Ok(TokenEncoder {
-            embedding,
-            learned,
-            sinusoidal,
-            dropout: DropoutConfig::new(self.dropout).init(),
+            embedding: TokenEmbedding::new(
+                self.vocab,
+                self.d_model,
+                &self.pos,
+                self.dropout,
+                self.scale_embedding,
+                DrawOrder::TableFirst,
+                device,
+            )?,
             encoder: self.encoder().init(device)?,
             head: LinearConfig::new(self.d_model, self.n_classes).init(device),
-            vocab: self.vocab,
-            scale_embedding: self.scale_embedding,
             max_len: self.effective_max_len(),
         })
     }
@@ -182,23 +166,63 @@ impl TokenEncoderConfig {
 /// Token embedding, positions, encoder and a linear head: logits for every position.
 #[derive(Module, Debug)]
 pub struct TokenEncoder {
-    /// `vocab × d_model` token embedding table.
-    pub(crate) embedding: Embedding,
-    /// A learned position table, when the scheme is `Learned`.
-    pub(crate) learned: Option<LearnedEncoding>,
-    /// The sinusoidal table's generator, when the scheme is `Sinusoidal` (no parameters).
-    #[module(skip)]
-    sinusoidal: Option<SinusoidalEncoding>,
-    /// Dropout on the embedded input (paper §5.4).
-    dropout: Dropout,
+    /// Token embedding, additive positions and the dropout on their sum.
+    pub(crate) embedding: TokenEmbedding,
     /// The stack of encoder blocks.
     pub(crate) encoder: Encoder,
     /// `d_model → n_classes`.
     pub(crate) head: Linear,
-    vocab: usize,
-    scale_embedding: bool,
     #[module(skip)]
     max_len: Option<usize>,
+}
+
+/// What a [`TokenEncoder`] reads: token ids, their key padding, and which self-attention
+/// weights to return beside the logits.
+#[derive(Clone, Debug)]
+pub struct TokenEncoderInput {
+    tokens: Tensor<2, Int>,
+    padding: Option<Tensor<2, Bool>>,
+    need_weights: NeedWeights,
+}
+
+impl TokenEncoderInput {
+    /// Token ids, without padding or weights.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[batch, seq_len]`, ids in `0..vocab`
+    pub fn new(tokens: Tensor<2, Int>) -> Self {
+        Self {
+            tokens,
+            padding: None,
+            need_weights: NeedWeights::No,
+        }
+    }
+
+    /// Masks padded keys (`true` = padding, never attended as a key).
+    ///
+    /// # Shapes
+    /// - `padding`: `[batch, seq_len]`
+    pub fn with_padding(mut self, padding: Tensor<2, Bool>) -> Self {
+        self.padding = Some(padding);
+        self
+    }
+
+    /// Asks for every layer's self-attention weights too, for inspection (the fused, chunked
+    /// and native strategies cannot return them).
+    pub fn with_weights(mut self, need_weights: NeedWeights) -> Self {
+        self.need_weights = need_weights;
+        self
+    }
+}
+
+/// What a [`TokenEncoder`] returns.
+#[derive(Clone, Debug)]
+pub struct TokenEncoderOutput {
+    /// `[batch, seq_len, n_classes]`.
+    pub logits: Tensor<3>,
+    /// Each layer's self-attention weights, first to last, when the input asked for them
+    /// (see [`EncoderOutput::weights`](crate::EncoderOutput::weights)); empty otherwise.
+    pub weights: Vec<Tensor<4>>,
 }
 
 impl TokenEncoder {
@@ -207,63 +231,59 @@ impl TokenEncoder {
     /// Reads the token ids back to the host to check them.
     ///
     /// # Shapes
-    /// - `tokens`: `[batch, seq_len]`, ids in `0..vocab`
-    /// - `padding`: `[batch, seq_len]`, `true` = padding (never attended as a key)
-    /// - returns: `[batch, seq_len, n_classes]`
+    /// - `input.tokens`: `[batch, seq_len]`, ids in `0..vocab`
+    /// - `input.padding`: `[batch, seq_len]`, `true` = padding (never attended as a key)
+    /// - returns: logits `[batch, seq_len, n_classes]`; `n_layers` weights
+    ///   `[batch, n_heads, seq_len, seq_len]` when asked for
     ///
     /// # Errors
     /// [`ModelError::TokenOutOfRange`] naming the first bad id and where it is,
     /// [`ModelError::SequenceTooLong`], [`ModelError::ShapeMismatch`] for a padding mask of
-    /// the wrong shape.
-    pub fn try_forward(
-        &self,
-        tokens: Tensor<2, Int>,
-        padding: Option<Tensor<2, Bool>>,
-    ) -> Result<Tensor<3>, ModelError> {
-        Ok(self.run(tokens, padding, NeedWeights::No)?.0)
+    /// the wrong shape, [`ModelError::Attention`] when the configured strategy cannot return the
+    /// weights asked for.
+    pub fn try_forward(&self, input: TokenEncoderInput) -> Result<TokenEncoderOutput, ModelError> {
+        let TokenEncoderInput {
+            tokens,
+            padding,
+            need_weights,
+        } = input;
+        let [batch, seq_len] = tokens.dims();
+        if let Some(max_len) = self.max_len
+            && seq_len > max_len
+        {
+            return Err(ModelError::SequenceTooLong { seq_len, max_len });
+        }
+        let x = self.embedding.forward(tokens, 0, &vec![0; batch])?; // [batch, seq_len, d_model]
+        if let Some(padding) = &padding {
+            crate::attention::check_shape("padding mask", &[batch, seq_len], &padding.dims())?;
+        }
+        let encoded = self.encoder.try_forward(EncoderInput {
+            x,
+            padding,
+            need_weights,
+        })?;
+        Ok(TokenEncoderOutput {
+            logits: project(&self.head, encoded.output), // [batch, seq_len, n_classes]
+            weights: encoded.weights,
+        })
     }
 
-    /// [`try_forward`](Self::try_forward) without padding, for inputs known to fit.
+    /// [`try_forward`](Self::try_forward) for inputs known to fit.
     ///
     /// # Shapes
-    /// - `tokens`: `[batch, seq_len]`
-    /// - returns: `[batch, seq_len, n_classes]`
+    /// As [`try_forward`](Self::try_forward).
     ///
     /// # Panics
     /// On an id outside `0..vocab` or a sequence longer than `max_len`, with the
     /// [`ModelError`] message.
-    pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
-        self.try_forward(tokens, None)
+    pub fn forward(&self, input: TokenEncoderInput) -> TokenEncoderOutput {
+        self.try_forward(input)
             .unwrap_or_else(|e| panic!("token encoder: {e}"))
-    }
-
-    /// Logits and every layer's self-attention weights, for inspection.
-    ///
-    /// # Shapes
-    /// - `tokens`: `[batch, seq_len]`
-    /// - returns: `[batch, seq_len, n_classes]` and `n_layers` tensors
-    ///   `[batch, n_heads, seq_len, seq_len]`
-    ///
-    /// # Errors
-    /// As [`try_forward`](Self::try_forward); also [`ModelError::Attention`] when the configured
-    /// strategy is `Fused` or `Chunked`, which cannot return weights.
-    pub fn forward_with_weights(
-        &self,
-        tokens: Tensor<2, Int>,
-    ) -> Result<(Tensor<3>, Vec<Tensor<4>>), ModelError> {
-        let (logits, weights) = self.run(tokens, None, NeedWeights::PerHead)?;
-        Ok((
-            logits,
-            weights
-                .into_iter()
-                .map(|w| w.expect("weights were asked for"))
-                .collect(),
-        ))
     }
 
     /// Vocabulary size.
     pub fn vocab(&self) -> usize {
-        self.vocab
+        self.embedding.vocab()
     }
 
     /// The longest sequence accepted, if any.
@@ -274,69 +294,6 @@ impl TokenEncoder {
     /// The encoder stack, e.g. to load PyTorch weights into it.
     pub fn encoder(&self) -> &Encoder {
         &self.encoder
-    }
-
-    fn run(
-        &self,
-        tokens: Tensor<2, Int>,
-        padding: Option<Tensor<2, Bool>>,
-        need_weights: NeedWeights,
-    ) -> Result<(Tensor<3>, Vec<Option<Tensor<4>>>), ModelError> {
-        let [batch, seq_len] = tokens.dims();
-        self.check_tokens(&tokens)?;
-        if let Some(padding) = &padding {
-            crate::attention::check_shape("padding mask", &[batch, seq_len], &padding.dims())?;
-        }
-        let x = self.embed(tokens); // [batch, seq_len, d_model]
-        let x = self.dropout.forward(self.add_positions(x)?);
-        let (x, weights) = self.encoder.run(x, padding, need_weights)?;
-        Ok((project(&self.head, x), weights)) // [batch, seq_len, n_classes]
-    }
-
-    /// `Embedding(tokens) · √d_model` (or unscaled).
-    fn embed(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
-        let x = self.embedding.forward(tokens); // [batch, seq_len, d_model]
-        if self.scale_embedding {
-            let [_, d_model] = self.embedding.weight.shape().dims();
-            x * (d_model as f64).sqrt()
-        } else {
-            x
-        }
-    }
-
-    /// Adds the sinusoidal or learned table; rotary and ALiBi act inside attention instead.
-    fn add_positions(&self, x: Tensor<3>) -> Result<Tensor<3>, ModelError> {
-        if let Some(sinusoidal) = &self.sinusoidal {
-            return Ok(sinusoidal.forward(x, 0));
-        }
-        if let Some(learned) = &self.learned {
-            return Ok(learned.try_forward(x, 0)?);
-        }
-        Ok(x)
-    }
-
-    /// Errors on the first id outside `0..vocab`, or a sequence longer than `max_len`.
-    fn check_tokens(&self, tokens: &Tensor<2, Int>) -> Result<(), ModelError> {
-        let [_batch, seq_len] = tokens.dims();
-        if let Some(max_len) = self.max_len
-            && seq_len > max_len
-        {
-            return Err(ModelError::SequenceTooLong { seq_len, max_len });
-        }
-        let ids = tokens.to_data();
-        let bad = ids
-            .iter::<i64>()
-            .enumerate()
-            .find(|(_, token)| !usize::try_from(*token).is_ok_and(|t| t < self.vocab));
-        match bad {
-            Some((index, token)) => Err(ModelError::TokenOutOfRange {
-                token,
-                vocab: self.vocab,
-                batch_index: index / seq_len,
-                position: index % seq_len,
-            }),
-            None => Ok(()),
-        }
     }
 }
 
@@ -393,13 +350,18 @@ mod tests {
                 let mut rng = SeededRng::new(41);
                 let model = config(pos.clone()).init(&d.device).expect("valid");
                 let tokens = random_tokens(&mut rng, 3, 5, &d.device);
-                let logits = model.forward(tokens.clone());
+                let logits = model.forward(TokenEncoderInput::new(tokens.clone())).logits;
                 assert_eq!(logits.dims(), [3, 5, N_CLASSES], "{pos:?}");
                 assert!(
                     to_vec(logits.clone()).iter().all(|v| v.is_finite()),
                     "{pos:?}"
                 );
-                let (with, weights) = model.forward_with_weights(tokens).expect("explicit");
+                let TokenEncoderOutput {
+                    logits: with,
+                    weights,
+                } = model
+                    .try_forward(TokenEncoderInput::new(tokens).with_weights(NeedWeights::PerHead))
+                    .expect("explicit");
                 assert_tensors_close(with, logits, ATOL, RTOL, "same logits");
                 assert_eq!(weights.len(), N_LAYERS);
                 assert!(weights.iter().all(|w| w.dims() == [3, N_HEADS, 5, 5]));
@@ -412,7 +374,9 @@ mod tests {
         let device = Device::flex();
         let model = config(PositionalScheme::None).init(&device).expect("valid");
         let tokens = Tensor::<2, Int>::from_ints([[1, 2, 3], [4, 5, 12]], &device);
-        let err = model.try_forward(tokens, None).expect_err("12 >= 11");
+        let err = model
+            .try_forward(TokenEncoderInput::new(tokens))
+            .expect_err("12 >= 11");
         assert!(matches!(
             err,
             ModelError::TokenOutOfRange {
@@ -423,7 +387,9 @@ mod tests {
             }
         ));
         let tokens = Tensor::<2, Int>::from_ints([[1, -1, 3]], &device);
-        let err = model.try_forward(tokens, None).expect_err("negative");
+        let err = model
+            .try_forward(TokenEncoderInput::new(tokens))
+            .expect_err("negative");
         assert!(
             matches!(
                 err,
@@ -445,7 +411,9 @@ mod tests {
             .init(&device)
             .expect("valid");
         let err = model
-            .try_forward(random_tokens(&mut rng, 2, 5, &device), None)
+            .try_forward(TokenEncoderInput::new(random_tokens(
+                &mut rng, 2, 5, &device,
+            )))
             .expect_err("5 > 4");
         assert!(matches!(
             err,
@@ -460,7 +428,9 @@ mod tests {
             .expect("valid");
         assert_eq!(model.max_len(), Some(3));
         let err = model
-            .try_forward(random_tokens(&mut rng, 2, 4, &device), None)
+            .try_forward(TokenEncoderInput::new(random_tokens(
+                &mut rng, 2, 4, &device,
+            )))
             .expect_err("4 > 3");
         assert_eq!(
             err.to_string(),
@@ -482,8 +452,18 @@ mod tests {
             let b = random_tokens(&mut rng, 3, 5, &d.device);
             // Same real tokens, different padding tokens.
             let mixed = a.clone().mask_where(padding.clone(), b);
-            let la = to_vec(model.try_forward(a, Some(padding.clone())).expect("fits"));
-            let lb = to_vec(model.try_forward(mixed, Some(padding)).expect("fits"));
+            let la = to_vec(
+                model
+                    .try_forward(TokenEncoderInput::new(a).with_padding(padding.clone()))
+                    .expect("fits")
+                    .logits,
+            );
+            let lb = to_vec(
+                model
+                    .try_forward(TokenEncoderInput::new(mixed).with_padding(padding))
+                    .expect("fits")
+                    .logits,
+            );
             for (i, (x, y)) in la.iter().zip(&lb).enumerate() {
                 let (batch, position) = (i / (5 * N_CLASSES), i / N_CLASSES % 5);
                 if position < lengths[batch] {
@@ -508,8 +488,19 @@ mod tests {
                 let mut rng = SeededRng::new(44);
                 let model = config(pos.clone()).init(&d.device).expect("valid");
                 let tokens = random_tokens(&mut rng, 3, 5, &d.device);
-                let permuted_out = to_vec(model.forward(tokens.clone().select(1, perm.clone())));
-                let out_permuted = to_vec(model.forward(tokens).select(1, perm.clone()));
+                let permuted_out = to_vec(
+                    model
+                        .forward(TokenEncoderInput::new(
+                            tokens.clone().select(1, perm.clone()),
+                        ))
+                        .logits,
+                );
+                let out_permuted = to_vec(
+                    model
+                        .forward(TokenEncoderInput::new(tokens))
+                        .logits
+                        .select(1, perm.clone()),
+                );
                 let close = attn_testing::all_close(&permuted_out, &out_permuted, ATOL, RTOL);
                 assert_eq!(close, equivariant, "{pos:?}");
             }
@@ -538,17 +529,23 @@ mod tests {
         let mut rng = SeededRng::new(45);
         let model = cfg.init(&device).expect("valid");
         let tokens = random_tokens(&mut rng, 3, 5, &device);
-        let want = model.forward(tokens.clone());
+        let want = model.forward(TokenEncoderInput::new(tokens.clone())).logits;
         let model_path = dir.join("model.bpk");
         model.save_file(&model_path).expect("save record");
         let fresh = loaded.init(&device).expect("valid");
         let (diff, _) = attn_testing::max_abs_diff(
-            &to_vec(fresh.forward(tokens.clone())),
+            &to_vec(fresh.forward(TokenEncoderInput::new(tokens.clone())).logits),
             &to_vec(want.clone()),
         );
         assert!(diff > 1e-3, "a fresh model differs before loading");
         let restored = fresh.try_load_file(&model_path).expect("load record");
-        assert_tensors_close(restored.forward(tokens), want, 0.0, 0.0, "restored model");
+        assert_tensors_close(
+            restored.forward(TokenEncoderInput::new(tokens)).logits,
+            want,
+            0.0,
+            0.0,
+            "restored model",
+        );
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
@@ -563,15 +560,23 @@ mod tests {
                 .init(&device)
                 .expect("valid");
             let tokens = random_tokens(&mut rng, 3, 5, &device);
-            let logits = model.forward(tokens.clone());
+            let logits = model.forward(TokenEncoderInput::new(tokens.clone())).logits;
             let grads = (logits.clone() * logits.clone()).sum().backward();
             let block = &model.encoder.layers[0];
             let grad = |p: Tensor<2>| p.grad(&grads).map(to_vec);
             let parts = [
-                ("embedding", grad(model.embedding.weight.val())),
+                ("embedding", grad(model.embedding.embedding.weight.val())),
                 (
                     "learned positions",
-                    grad(model.learned.as_ref().expect("learned").weight.val()),
+                    grad(
+                        model
+                            .embedding
+                            .learned
+                            .as_ref()
+                            .expect("learned")
+                            .weight
+                            .val(),
+                    ),
                 ),
                 ("first W_Q", grad(block.attention.w_q.weight.val())),
                 ("first W_1", grad(block.feed_forward.expand.weight.val())),
@@ -586,8 +591,10 @@ mod tests {
                 assert!(grad.iter().any(|g| *g != 0.0), "{what}: all-zero gradient");
             }
             // Training: two passes draw different dropout masks.
-            let (diff, _) =
-                attn_testing::max_abs_diff(&to_vec(model.forward(tokens.clone())), &to_vec(logits));
+            let (diff, _) = attn_testing::max_abs_diff(
+                &to_vec(model.forward(TokenEncoderInput::new(tokens.clone())).logits),
+                &to_vec(logits),
+            );
             assert!(
                 diff > 1e-4,
                 "dropout changes the output while training: {diff}"
@@ -596,8 +603,8 @@ mod tests {
             let eval = model.valid();
             let tokens = Tensor::<2, Int>::from_data(tokens.to_data(), &d.device);
             assert_tensors_close(
-                eval.forward(tokens.clone()),
-                eval.forward(tokens),
+                eval.forward(TokenEncoderInput::new(tokens.clone())).logits,
+                eval.forward(TokenEncoderInput::new(tokens)).logits,
                 0.0,
                 0.0,
                 "deterministic in validation",

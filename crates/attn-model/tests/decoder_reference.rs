@@ -8,9 +8,10 @@
 use std::path::PathBuf;
 
 use attn_model::{
-    Activation, AlibiForm, DecoderBlockConfig, DecoderInput, EncoderDecoderConfig, GenerateConfig,
-    ModelError, NormPlacement, PositionalScheme, Prompt, RotaryPairing, Sampling, StateDict,
-    TokenDecoder, TokenDecoderConfig,
+    Activation, AlibiForm, DecoderBlockConfig, DecoderInput, EncoderDecoderConfig,
+    EncoderDecoderInput, GenerateConfig, ModelError, NeedWeights, NormPlacement, PositionalScheme,
+    Prompt, RotaryPairing, Sampling, StateDict, TokenDecoder, TokenDecoderConfig,
+    TokenDecoderInput,
 };
 use attn_testing::{
     ATOL, RTOL, RefTensor, SeededRng, assert_close, assert_tensors_close, for_each_device, to_vec,
@@ -91,15 +92,32 @@ fn decoder_layer_matches_pytorch_in_both_cases() {
                 .load_pytorch_state_dict(&dict, "")
                 .expect("every tensor present with its shape");
             let padding = case.memory_padding.bool_tensor::<2>(&d.device);
-            let input = DecoderInput::new(case.tgt.tensor::<3>(&d.device))
-                .with_memory(case.memory.tensor::<3>(&d.device), Some(padding));
-            let (out, weights) = block
-                .forward_with_weights(input.clone())
+            let input = || {
+                DecoderInput::new(case.tgt.tensor::<3>(&d.device))
+                    .with_memory(case.memory.tensor::<3>(&d.device), Some(padding.clone()))
+            };
+            let out = block
+                .try_forward(input().with_weights(NeedWeights::PerHead))
                 .expect("explicit strategy returns weights");
-            assert_close(out, &case.out, ATOL, RTOL, &format!("{}: out", case.name));
-            assert_close(block.forward(input), &case.out, ATOL, RTOL, &case.name);
+            assert_close(
+                out.output,
+                &case.out,
+                ATOL,
+                RTOL,
+                &format!("{}: out", case.name),
+            );
+            assert_close(
+                block.forward(input()).output,
+                &case.out,
+                ATOL,
+                RTOL,
+                &case.name,
+            );
             // Sequence 1's last two memory keys are padding: no head gives them weight.
-            let cross = weights.cross_attention.expect("cross-attention weights");
+            let cross = out.weights[0]
+                .cross_attention
+                .clone()
+                .expect("cross-attention weights");
             let [_, n_heads, seq_len, seq_len_kv] = cross.dims();
             let padded =
                 to_vec(cross.slice([1..2, 0..n_heads, 0..seq_len, seq_len_kv - 2..seq_len_kv]));
@@ -166,13 +184,17 @@ fn check_steps_against_full_recomputation(
     let mut start = 0;
     for &len in steps {
         let new = tokens.clone().narrow(1, start, len);
-        let cached = model.try_step(new, &mut cache).expect("fits");
+        let cached = model
+            .try_forward(TokenDecoderInput::new(new).with_cache(&mut cache))
+            .expect("fits")
+            .logits;
         let prefix = tokens.clone().narrow(1, 0, start + len);
         // A prefix shorter than a sequence's padding is all padding.
         let prefix_pad = LEFT_PAD.map(|pad| pad.min(start + len));
         let full = model
-            .try_forward(prefix, Some(&prefix_pad))
+            .try_forward(TokenDecoderInput::new(prefix).with_left_pad(&prefix_pad))
             .expect("prefix fits")
+            .logits
             .narrow(1, start, len); // [batch, len, vocab]
         assert_tensors_close(
             cached,
@@ -251,10 +273,15 @@ fn a_left_padded_sequence_gets_the_logits_it_gets_alone() {
             let model = config(pos.clone()).init(&d.device).expect("valid");
             let tokens = random_tokens(&mut rng, BATCH, SEQ_LEN, &d.device);
             let padded = model
-                .try_forward(tokens.clone(), Some(&LEFT_PAD))
-                .expect("fits");
+                .try_forward(TokenDecoderInput::new(tokens.clone()).with_left_pad(&LEFT_PAD))
+                .expect("fits")
+                .logits;
             for (b, &pad) in LEFT_PAD.iter().enumerate() {
-                let alone = model.forward(tokens.clone().slice([b..b + 1, pad..SEQ_LEN]));
+                let alone = model
+                    .forward(TokenDecoderInput::new(
+                        tokens.clone().slice([b..b + 1, pad..SEQ_LEN]),
+                    ))
+                    .logits;
                 let [_, _, vocab] = alone.dims();
                 assert_tensors_close(
                     padded.clone().slice([b..b + 1, pad..SEQ_LEN, 0..vocab]),
@@ -299,13 +326,15 @@ fn rolling_cache_equals_full_attention_with_the_sliding_window_mask() {
                 .load_record(model.clone().into_record());
             let a = to_vec(
                 model
-                    .try_forward(tokens.clone(), Some(&LEFT_PAD))
-                    .expect("fits"),
+                    .try_forward(TokenDecoderInput::new(tokens.clone()).with_left_pad(&LEFT_PAD))
+                    .expect("fits")
+                    .logits,
             );
             let b = to_vec(
                 unlimited
-                    .try_forward(tokens, Some(&LEFT_PAD))
-                    .expect("fits"),
+                    .try_forward(TokenDecoderInput::new(tokens).with_left_pad(&LEFT_PAD))
+                    .expect("fits")
+                    .logits,
             );
             let (diff, _) = attn_testing::max_abs_diff(&a, &b);
             assert!(
@@ -325,10 +354,16 @@ fn cache_capacity_and_batch_errors_name_the_numbers() {
             .expect("valid");
         let mut cache = model.new_cache(BATCH, 4, None).expect("valid");
         model
-            .try_step(random_tokens(&mut rng, BATCH, 3, &d.device), &mut cache)
+            .try_forward(
+                TokenDecoderInput::new(random_tokens(&mut rng, BATCH, 3, &d.device))
+                    .with_cache(&mut cache),
+            )
             .expect("3 of 4");
         let err = model
-            .try_step(random_tokens(&mut rng, BATCH, 2, &d.device), &mut cache)
+            .try_forward(
+                TokenDecoderInput::new(random_tokens(&mut rng, BATCH, 2, &d.device))
+                    .with_cache(&mut cache),
+            )
             .expect_err("5 > 4");
         assert!(
             matches!(
@@ -346,7 +381,10 @@ fn cache_capacity_and_batch_errors_name_the_numbers() {
             "the key/value cache holds 4 tokens per sequence; 3 are written and this step adds 2"
         );
         let err = model
-            .try_step(random_tokens(&mut rng, 2, 1, &d.device), &mut cache)
+            .try_forward(
+                TokenDecoderInput::new(random_tokens(&mut rng, 2, 1, &d.device))
+                    .with_cache(&mut cache),
+            )
             .expect_err("batch 2");
         assert!(
             matches!(
@@ -365,7 +403,10 @@ fn cache_capacity_and_batch_errors_name_the_numbers() {
         // A refused step writes nothing: the last slot is still free.
         assert_eq!(cache.filled(), 3);
         model
-            .try_step(random_tokens(&mut rng, BATCH, 1, &d.device), &mut cache)
+            .try_forward(
+                TokenDecoderInput::new(random_tokens(&mut rng, BATCH, 1, &d.device))
+                    .with_cache(&mut cache),
+            )
             .expect("4 of 4");
         let err = model
             .new_cache(BATCH, 4, Some(&[0, 5, 1]))
@@ -435,8 +476,12 @@ fn greedy_generation_is_the_argmax_of_a_full_forward_at_each_step() {
             let mut generated = vec![Vec::new(); BATCH];
             for (i, step) in steps.into_iter().enumerate() {
                 let full = model
-                    .try_forward(extended(&prompt, &generated), Some(&left_pad))
-                    .expect("fits"); // [batch, seq_len, vocab]
+                    .try_forward(
+                        TokenDecoderInput::new(extended(&prompt, &generated))
+                            .with_left_pad(&left_pad),
+                    )
+                    .expect("fits")
+                    .logits; // [batch, seq_len, vocab]
                 let [_, seq_len, vocab] = full.dims();
                 let last = full.narrow(1, seq_len - 1, 1).reshape([BATCH, vocab]);
                 let logits = step.logits.expect("kept");
@@ -576,12 +621,12 @@ fn encoder_decoder_greedy_generation_equals_full_recomputation() {
                 let so_far: Vec<Vec<i64>> = generated.iter().map(|g| g[..step].to_vec()).collect();
                 let full = model
                     .try_forward(
-                        source.clone(),
-                        Some(source_padding.clone()),
-                        extended(&prompt, &so_far),
-                        Some(&left_pad),
+                        EncoderDecoderInput::new(source.clone(), extended(&prompt, &so_far))
+                            .with_source_padding(source_padding.clone())
+                            .with_left_pad(&left_pad),
                     )
-                    .expect("fits");
+                    .expect("fits")
+                    .logits;
                 let [_, seq_len, vocab] = full.dims();
                 let want = full
                     .narrow(1, seq_len - 1, 1)

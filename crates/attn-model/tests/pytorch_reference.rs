@@ -5,8 +5,8 @@
 //! `cargo test -p attn-model --test pytorch_reference`
 
 use attn_model::{
-    Activation, EncoderBlock, EncoderBlockConfig, MhaInput, MultiHeadAttentionConfig, NeedWeights,
-    NormPlacement, StateDict, TorchEncoderLayer, TorchLayerNorm, TorchLinear,
+    Activation, EncoderBlock, EncoderBlockConfig, EncoderInput, MhaInput, MultiHeadAttentionConfig,
+    NeedWeights, NormPlacement, StateDict, TorchEncoderLayer, TorchLayerNorm, TorchLinear,
     TorchMultiheadAttention,
 };
 use attn_testing::reference::encoder_layer::Activation as RefActivation;
@@ -105,7 +105,9 @@ fn block_config(case: &EncoderLayerCase) -> EncoderBlockConfig {
 fn check_block(block: &EncoderBlock, case: &EncoderLayerCase, d: &TestDevice, source: &str) {
     let x = case.input.tensor::<3>(&d.device);
     let padding = case.key_padding_masked.bool_tensor(&d.device);
-    let out = block.forward(x, Some(padding));
+    let out = block
+        .forward(EncoderInput::new(x).with_padding(padding))
+        .output;
     let what = format!("{} from {source} on {}", case.name, d.name);
     assert_close(out, &case.out, ATOL, RTOL, &what);
 }
@@ -200,12 +202,20 @@ fn a_state_dict_loads_into_every_layer_of_an_encoder_under_its_prefix() {
     };
     let x = cases[0].input.tensor::<3>(&device);
     let padding = cases[0].key_padding_masked.bool_tensor(&device);
-    let by_hand = layer("layers.1.").forward(
-        layer("layers.0.").forward(x.clone(), Some(padding.clone())),
-        Some(padding.clone()),
-    );
+    let by_hand = layer("layers.1.")
+        .forward(
+            EncoderInput::new(
+                layer("layers.0.")
+                    .forward(EncoderInput::new(x.clone()).with_padding(padding.clone()))
+                    .output,
+            )
+            .with_padding(padding.clone()),
+        )
+        .output;
     attn_testing::assert_tensors_close(
-        encoder.forward(x, Some(padding)),
+        encoder
+            .forward(EncoderInput::new(x).with_padding(padding))
+            .output,
         by_hand,
         0.0,
         0.0,

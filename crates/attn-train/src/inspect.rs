@@ -5,7 +5,10 @@
 //! encoder-decoder also gets one cross-attention heatmap per head, its queries the target
 //! tokens and its keys the source tokens: which source word each target token reads.
 
-use attn_model::{DecoderWeights, TokenEncoder};
+use attn_model::{
+    DecoderWeights, EncoderDecoderInput, NeedWeights, TokenDecoderInput, TokenEncoder,
+    TokenEncoderInput,
+};
 use burn::tensor::{Device, Tensor};
 
 use crate::error::TrainError;
@@ -58,7 +61,9 @@ pub fn attention_maps(
         source_len: 0,
         source: Vec::new(),
     };
-    let (_, layers) = model.forward_with_weights(one.tokens_tensor(device))?;
+    let input =
+        TokenEncoderInput::new(one.tokens_tensor(device)).with_weights(NeedWeights::PerHead);
+    let layers = model.try_forward(input)?.weights;
     layers
         .into_iter()
         .map(|w| {
@@ -239,14 +244,19 @@ pub fn draw_heads(
         }
         Model::Decoder(decoder) => {
             decoder
-                .try_forward_with_weights(one(tokens, device), None)?
-                .1
+                .try_forward(
+                    TokenDecoderInput::new(one(tokens, device)).with_weights(NeedWeights::PerHead),
+                )?
+                .weights
         }
         Model::EncoderDecoder(model) => {
             let source = one(batch.source_sequence(0), device);
             model
-                .try_forward_with_weights(source, None, one(tokens, device), None)?
-                .1
+                .try_forward(
+                    EncoderDecoderInput::new(source, one(tokens, device))
+                        .with_weights(NeedWeights::PerHead),
+                )?
+                .weights
         }
     };
     let source: Vec<String> = batch

@@ -12,7 +12,10 @@
 //! generated, greedily, through the key/value cache, from the prompt alone, so a wrong digit
 //! early on is fed back as the model would feed it at use.
 
-use attn_model::{EncoderDecoder, GenerateConfig, Prompt, TokenDecoder, TokenEncoder};
+use attn_model::{
+    EncoderDecoder, EncoderDecoderInput, GenerateConfig, Prompt, TokenDecoder, TokenDecoderInput,
+    TokenEncoder, TokenEncoderInput,
+};
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
@@ -73,10 +76,11 @@ impl Model {
     pub fn logits(&self, batch: &Batch, device: &Device) -> Result<Tensor<3>, TrainError> {
         let tokens = batch.tokens_tensor(device);
         Ok(match self {
-            Self::Encoder(model) => model.try_forward(tokens, None)?,
-            Self::Decoder(model) => model.try_forward(tokens, None)?,
+            Self::Encoder(model) => model.try_forward(TokenEncoderInput::new(tokens))?.logits,
+            Self::Decoder(model) => model.try_forward(TokenDecoderInput::new(tokens))?.logits,
             Self::EncoderDecoder(model) => {
-                model.try_forward(batch.source_tensor(device), None, tokens, None)?
+                let input = EncoderDecoderInput::new(batch.source_tensor(device), tokens);
+                model.try_forward(input)?.logits
             }
         })
     }

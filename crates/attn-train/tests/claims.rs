@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use attn_core::{AttentionOptions, scaled_dot_product_attention};
-use attn_model::TokenEncoder;
+use attn_model::{TokenEncoder, TokenEncoderInput};
 use attn_testing::{SeededRng, TestDevice, devices, for_each_device};
 use attn_train::config::PosName;
 use attn_train::evaluate::{eval_set, evaluate};
@@ -354,7 +354,9 @@ fn steps_to_learn(
     let mut accuracy = 0.0;
     for step in 1..=config.steps {
         let batch = sentences(task, &distances, config.batch_size, &mut rng);
-        let logits = model.forward(batch.tokens_tensor(&train_device)); // [batch, seq_len, n_classes]
+        let logits = model
+            .forward(TokenEncoderInput::new(batch.tokens_tensor(&train_device)))
+            .logits; // [batch, seq_len, n_classes]
         let loss = token_loss(&loss_fn, logits, batch.targets_tensor(&train_device));
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         let warm = (step as f64 / config.optim.warmup_steps.max(1) as f64).min(1.0);

@@ -22,13 +22,15 @@ use burn::tensor::{Device, Int, Tensor};
 
 use super::config::{BertConfig, read_config};
 use super::{layer_norm, linear, prefix, read_weights};
-use crate::encoder::{Encoder, EncoderBlock, EncoderBlockConfig, EncoderConfig, NormPlacement};
+use crate::attention::NeedWeights;
+use crate::embedding::check_tokens;
+use crate::encoder::{Encoder, EncoderBlock, EncoderBlockConfig, EncoderConfig, EncoderInput};
 use crate::error::ModelError;
 use crate::norm::{LayerNorm, LayerNormConfig};
 use crate::pytorch::{
     StateDict, TorchEncoderLayer, TorchMultiheadAttention, load_linear, load_norm, replace,
 };
-use crate::token_decoder::check_tokens;
+use crate::residual::NormPlacement;
 
 /// What [`Bert::try_forward`] returns.
 #[derive(Clone, Debug)]
@@ -199,7 +201,14 @@ impl Bert {
             + positions
             + self.token_type_embeddings.forward(token_types); // [batch, seq_len, d_model]
         let x = self.norm_embeddings.forward(x);
-        let hidden = self.encoder.try_forward(x, padding)?; // [batch, seq_len, d_model]
+        let hidden = self
+            .encoder
+            .try_forward(EncoderInput {
+                x,
+                padding,
+                need_weights: NeedWeights::No,
+            })?
+            .output; // [batch, seq_len, d_model]
         let pooler_output = self.pooler.as_ref().map(|pooler| {
             let [_, _, d_model] = hidden.dims();
             let first = hidden.clone().narrow(1, 0, 1).reshape([batch, d_model]); // [batch, d_model]

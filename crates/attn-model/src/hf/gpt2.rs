@@ -23,13 +23,13 @@ use burn::tensor::{Device, Int, Tensor};
 use super::config::{Gpt2Config, read_config};
 use super::{layer_norm, prefix, read_weights};
 use crate::decoder::{DecoderBlock, DecoderInput};
-use crate::encoder::NormPlacement;
 use crate::error::ModelError;
 use crate::generate::{GenerateConfig, Generation, Prompt};
 use crate::pytorch::{
     StateDict, TorchLinear, TorchMultiheadAttention, load_attention, load_linear, load_norm,
     replace,
 };
+use crate::residual::NormPlacement;
 use crate::token_decoder::{TokenDecoder, TokenDecoderConfig};
 
 /// A Hugging Face `GPT2LMHeadModel` as a [`TokenDecoder`], with Hugging Face's padding
@@ -171,7 +171,8 @@ impl Gpt2 {
             }
             input = input.with_padding(mask.equal_elem(0)); // [batch, seq_len], true = padding
         }
-        Ok(self.model.logits(self.model.decoder.try_forward(input)?)) // [batch, seq_len, vocab]
+        let x = self.model.decoder.try_forward(input)?.output; // [batch, seq_len, d_model]
+        Ok(self.model.logits(x)) // [batch, seq_len, vocab]
     }
 
     /// Generates through the key/value cache ([`TokenDecoder::generate`]); prompts of
