@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::TrainError;
 use crate::schedule::{Decay, LrSchedule};
-use crate::tasks::{Architecture, TaskConfig, TaskKind};
+use crate::tasks::{Architecture, Size, TaskConfig, TaskKind};
 
 /// The positional schemes by their command-line names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -45,6 +45,9 @@ impl PosName {
         }
     }
 }
+
+/// The positional scheme of [`ModelConfig::default`].
+const DEFAULT_POS: PosName = PosName::Learned;
 
 /// Where LayerNorm sits in each encoder layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -100,7 +103,7 @@ impl Default for ModelConfig {
             n_layers: 2,
             d_ff: 256,
             dropout: 0.0,
-            pos: PosName::Learned.scheme(TaskConfig::default().seq_len),
+            pos: DEFAULT_POS.scheme(TaskConfig::default().seq_len),
             norm: Norm::Pre,
             activation: Act::Relu,
             final_norm: true,
@@ -214,12 +217,14 @@ impl Default for TrainConfig {
 
 /// The command line's changes to a configuration: each flag given replaces one setting of the
 /// defaults or of the `--config` file ([`TrainConfig::apply`]). A flag not given changes
-/// nothing, so none has a value of its own; each help text states the default it overrides.
+/// nothing, so none has a value of its own; each help text states the default it overrides,
+/// read from [`TrainConfig::default`] (`stated_default`).
 #[derive(Clone, Debug, Default, clap::Args)]
+#[command(mut_args = state_default)]
 pub struct Overrides {
     /// The task: copy, reverse, sort, context (the "apple" problem), add (a decoder
     /// generates the sum) or translate (an encoder-decoder writes digit words as digits,
-    /// backwards) [default: reverse]
+    /// backwards)
     #[arg(long, value_enum)]
     pub task: Option<TaskKind>,
     /// Backend, one compiled into this build (default: flex where compiled in, else the first
@@ -231,92 +236,143 @@ pub struct Overrides {
         value_name = "flex|ndarray|wgpu|vulkan|metal|cuda"
     )]
     pub device: Option<String>,
-    /// Optimizer updates; the learning-rate schedule spans them [default: 2000]
+    /// Optimizer updates; the learning-rate schedule spans them
     #[arg(long)]
     pub steps: Option<usize>,
-    /// Sequences per update [default: 64]
+    /// Sequences per update
     #[arg(long)]
     pub batch_size: Option<usize>,
-    /// Tokens per sequence [default: 16]
+    /// Tokens per sequence
     #[arg(long)]
     pub seq_len: Option<usize>,
-    /// Distinct symbols for copy, reverse and sort [default: 16]
+    /// Distinct symbols for copy, reverse and sort
     #[arg(long)]
     pub vocab: Option<usize>,
-    /// context: least distance between the ambiguous word and its cue [default: 1]
+    /// context: least distance between the ambiguous word and its cue
     #[arg(long)]
     pub min_distance: Option<usize>,
-    /// add: digits of each operand [default: 3]
+    /// add: digits of each operand
     #[arg(long)]
     pub digits: Option<usize>,
     /// context: the long-range setting, the cue 30 or more positions away (seq_len 48 unless
     /// --seq-len says otherwise)
     #[arg(long)]
     pub long_range: bool,
-    /// Model width [default: 64]
+    /// Model width
     #[arg(long)]
     pub d_model: Option<usize>,
-    /// Attention heads per layer [default: 4]
+    /// Attention heads per layer
     #[arg(long)]
     pub n_heads: Option<usize>,
-    /// Encoder layers [default: 2]
+    /// Encoder layers
     #[arg(long)]
     pub n_layers: Option<usize>,
-    /// Feed-forward hidden width [default: 256]
+    /// Feed-forward hidden width
     #[arg(long)]
     pub d_ff: Option<usize>,
-    /// Dropout probability while training [default: 0]
+    /// Dropout probability while training
     #[arg(long, allow_negative_numbers = true)]
     pub dropout: Option<f64>,
-    /// Positional scheme [default: learned]
+    /// Positional scheme
     #[arg(long, value_enum)]
     pub pos: Option<PosName>,
     /// LayerNorm placement; post drops the final LayerNorm unless --final-norm true keeps it
-    /// [default: pre]
     #[arg(long, value_enum)]
     pub norm: Option<Norm>,
     /// A LayerNorm after the last layer (default: with pre-norm, not with post-norm, whose last
     /// block already ends in one)
     #[arg(long)]
     pub final_norm: Option<bool>,
-    /// Feed-forward non-linearity [default: relu]
+    /// Feed-forward non-linearity
     #[arg(long, value_enum)]
     pub activation: Option<Act>,
-    /// Adam or AdamW [default: adam]
+    /// Adam or AdamW
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerKind>,
-    /// Peak learning rate [default: 0.003]
+    /// Peak learning rate
     #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
-    /// Warm-up updates [default: 100]
+    /// Warm-up updates
     #[arg(long)]
     pub warmup_steps: Option<usize>,
-    /// Learning-rate decay after warm-up [default: linear]
+    /// Learning-rate decay after warm-up
     #[arg(long, value_enum)]
     pub decay: Option<Decay>,
-    /// Weight decay (AdamW: decoupled; Adam: added to the gradient) [default: 0]
+    /// Weight decay (AdamW: decoupled; Adam: added to the gradient)
     #[arg(long, allow_negative_numbers = true)]
     pub weight_decay: Option<f64>,
     /// Largest global gradient norm; 0 turns clipping off, negative or NaN is refused
-    /// [default: 1]
     #[arg(long, allow_negative_numbers = true)]
     pub grad_clip: Option<f32>,
-    /// Evaluate every this many steps [default: 250]
+    /// Evaluate every this many steps
     #[arg(long)]
     pub eval_every: Option<usize>,
-    /// Held-out sequences [default: 512]
+    /// Held-out sequences
     #[arg(long)]
     pub eval_sequences: Option<usize>,
-    /// Checkpoint every this many steps; 0: only at the end [default: 500]
+    /// Checkpoint every this many steps; 0: only at the end
     #[arg(long)]
     pub checkpoint_every: Option<usize>,
     /// Also checkpoint when this many seconds have passed since the last checkpoint; 0: never
-    /// by time [default: 60]
+    /// by time
     #[arg(long, allow_negative_numbers = true)]
     pub checkpoint_seconds: Option<f64>,
-    /// Seed of every random stream [default: 1]
+    /// Seed of every random stream
     #[arg(long)]
     pub seed: Option<u64>,
+}
+
+/// Ends `arg`'s help text with the default it overrides, where it has one.
+fn state_default(arg: clap::Arg) -> clap::Arg {
+    match (stated_default(arg.get_id().as_str()), arg.get_help()) {
+        (Some(value), Some(help)) => {
+            let help = format!("{help} [default: {value}]");
+            arg.help(help)
+        }
+        _ => arg,
+    }
+}
+
+/// The setting each flag of [`Overrides`] replaces, as the flag would write it, read from
+/// [`TrainConfig::default`]; `None` for a flag whose default is not one value.
+fn stated_default(flag: &str) -> Option<String> {
+    fn name(value: impl clap::ValueEnum) -> Option<String> {
+        value
+            .to_possible_value()
+            .map(|value| value.get_name().to_string())
+    }
+    let defaults = TrainConfig::default();
+    let (task, model, optim) = (&defaults.task, &defaults.model, &defaults.optim);
+    Some(match flag {
+        "task" => name(task.kind)?,
+        "steps" => defaults.steps.to_string(),
+        "batch_size" => defaults.batch_size.to_string(),
+        "seq_len" => task.seq_len.to_string(),
+        "vocab" => task.vocab.to_string(),
+        "min_distance" => task.min_distance.to_string(),
+        "digits" => task.digits.to_string(),
+        "d_model" => model.d_model.to_string(),
+        "n_heads" => model.n_heads.to_string(),
+        "n_layers" => model.n_layers.to_string(),
+        "d_ff" => model.d_ff.to_string(),
+        "dropout" => model.dropout.to_string(),
+        "pos" => name(DEFAULT_POS)?,
+        "norm" => name(model.norm)?,
+        "activation" => name(model.activation)?,
+        "optimizer" => name(optim.kind)?,
+        "lr" => optim.lr.to_string(),
+        "warmup_steps" => optim.warmup_steps.to_string(),
+        "decay" => name(optim.decay)?,
+        "weight_decay" => optim.weight_decay.to_string(),
+        // No clipping is written `--grad-clip 0`.
+        "grad_clip" => optim.grad_clip.unwrap_or(0.0).to_string(),
+        "eval_every" => defaults.eval_every.to_string(),
+        "eval_sequences" => defaults.eval_sequences.to_string(),
+        "checkpoint_every" => defaults.checkpoint_every.to_string(),
+        "checkpoint_seconds" => defaults.checkpoint_seconds.to_string(),
+        "seed" => defaults.seed.to_string(),
+        _ => return None,
+    })
 }
 
 impl TrainConfig {
@@ -339,13 +395,7 @@ impl TrainConfig {
             }
         }
         let replicas = self.device.split(',').count();
-        if replicas > self.batch_size {
-            return bad(format!(
-                "batch_size {} is smaller than the {replicas} devices of `{}`: each replica \
-                 needs at least one sequence",
-                self.batch_size, self.device
-            ));
-        }
+        self.check_replicas(replicas, &format!("of `{}`", self.device))?;
         if self.model.n_layers == 0 {
             return bad("n_layers is 0; the encoder needs at least 1 layer".into());
         }
@@ -399,6 +449,23 @@ impl TrainConfig {
             Architecture::Encoder => self.encoder_config().validate()?,
             Architecture::Decoder => self.decoder_config().validate()?,
             Architecture::EncoderDecoder => self.encoder_decoder_config().validate()?,
+        }
+        Ok(())
+    }
+
+    /// Checks that each of `replicas` devices (`devices` says which, as "of `flex,flex`" or
+    /// "to train on") gets at least one sequence of a batch.
+    ///
+    /// # Errors
+    ///
+    /// [`TrainError::Config`] naming the batch size and the devices.
+    pub(crate) fn check_replicas(&self, replicas: usize, devices: &str) -> Result<(), TrainError> {
+        if replicas > self.batch_size {
+            return Err(TrainError::Config(format!(
+                "batch_size {} is smaller than the {replicas} devices {devices}: each replica \
+                 needs at least one sequence",
+                self.batch_size
+            )));
         }
         Ok(())
     }
@@ -534,14 +601,14 @@ impl TrainConfig {
         let (task, model, optim) = (&mut self.task, &mut self.model, &mut self.optim);
         set(&mut task.kind, &o.task);
         if o.long_range {
-            if task.kind != TaskKind::Context {
+            let Some(long_range) = task.kind.task().long_range() else {
                 return Err(TrainError::Config(format!(
                     "--long-range applies to the context task only, not to {}",
                     task.kind
                 )));
-            }
-            task.min_distance = 30;
-            task.seq_len = 48;
+            };
+            task.min_distance = long_range.min_distance;
+            task.seq_len = long_range.seq_len;
         }
         let kind = task.kind;
         let unused = |flag: &str, value: usize| {
@@ -549,21 +616,16 @@ impl TrainConfig {
                 "the {kind} task does not use {flag} (given {value})"
             )))
         };
-        use TaskKind::{Add, Context, Copy, Reverse, Sort, Translate};
-        // Each task-sizing flag, with the tasks that read it.
+        // Each task-sizing flag, and the size it sets: refused for a task that does not read it.
         let sizes = [
-            (
-                "--seq-len",
-                o.seq_len,
-                &[Copy, Reverse, Sort, Context, Translate][..],
-            ),
-            ("--vocab", o.vocab, &[Copy, Reverse, Sort][..]),
-            ("--min-distance", o.min_distance, &[Context][..]),
-            ("--digits", o.digits, &[Add][..]),
+            ("--seq-len", o.seq_len, Size::SeqLen),
+            ("--vocab", o.vocab, Size::Vocab),
+            ("--min-distance", o.min_distance, Size::MinDistance),
+            ("--digits", o.digits, Size::Digits),
         ];
-        for (flag, value, tasks) in sizes {
+        for (flag, value, size) in sizes {
             if let Some(value) = value
-                && !tasks.contains(&kind)
+                && !kind.task().sizes().contains(&size)
             {
                 return unused(flag, value);
             }
@@ -684,6 +746,37 @@ mod tests {
         assert_eq!(unstated, ["device", "long-range", "final-norm"]);
         assert_eq!(checked, 26);
         assert_eq!(defaults.device, crate::backend::default_backend());
+    }
+
+    #[test]
+    fn help_texts_end_with_the_default_they_override() {
+        let command = <Flags as clap::CommandFactory>::command();
+        let help = |id: &str| {
+            let arg = command.get_arguments().find(|a| a.get_id() == id);
+            arg.and_then(|a| a.get_help()).map(ToString::to_string)
+        };
+        let stated = [
+            (
+                "steps",
+                "Optimizer updates; the learning-rate schedule spans them [default: 2000]",
+            ),
+            ("lr", "Peak learning rate [default: 0.003]"),
+            ("dropout", "Dropout probability while training [default: 0]"),
+            ("pos", "Positional scheme [default: learned]"),
+            (
+                "grad_clip",
+                "Largest global gradient norm; 0 turns clipping off, negative or NaN is refused [default: 1]",
+            ),
+            (
+                "checkpoint_seconds",
+                "Also checkpoint when this many seconds have passed since the last checkpoint; 0: never by time [default: 60]",
+            ),
+        ];
+        for (id, text) in stated {
+            assert_eq!(help(id).as_deref(), Some(text), "{id}");
+        }
+        let device = help("device").expect("a help text");
+        assert!(!device.contains("[default: "), "{device}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::checkpoint;
 use crate::error::TrainError;
 use crate::model::Model;
 use crate::run_dir;
-use crate::tasks::TaskKind;
+use crate::tasks::{Architecture, TaskKind};
 
 /// What to generate, and how.
 #[derive(Clone, Debug)]
@@ -68,7 +68,7 @@ pub fn generate(
     let dir = &request.run;
     let config = run_dir::read_config(dir)?;
     let task = &config.task;
-    if !matches!(task.kind, TaskKind::Add | TaskKind::Translate) {
+    if task.kind.architecture() == Architecture::Encoder {
         return Err(TrainError::Config(format!(
             "{} holds an encoder-only run (task {}): it classifies every position of its input \
              and has nothing to generate; generate needs a decoder, a run of the add or \
@@ -88,27 +88,21 @@ pub fn generate(
         let len = ids.len();
         Tensor::<2, Int>::from_data(TensorData::new(ids, [1, len]), &device)
     };
-    let bad_prompt = TrainError::Config;
-    let generation = match &model {
-        Model::Decoder(decoder) => {
-            let prompt = task.add_prompt(&request.prompt).map_err(bad_prompt)?;
-            let config = sampling(request, task.answer_len());
-            decoder.generate(Prompt::new(ids(prompt)), config)?
+    let prompt = task
+        .generation_prompt(&request.prompt)
+        .map_err(TrainError::Config)?;
+    let settings = sampling(request, task.answer_len());
+    let generation = match (&model, prompt.source) {
+        (Model::Decoder(decoder), None) => {
+            decoder.generate(Prompt::new(ids(prompt.tokens)), settings)?
         }
-        Model::EncoderDecoder(model) => {
-            let source = task.translate_source(&request.prompt).map_err(bad_prompt)?;
-            if source.len() != task.seq_len {
-                return Err(TrainError::Config(format!(
-                    "the run learned to translate {} digit words at a time; the prompt has {}",
-                    task.seq_len,
-                    source.len()
-                )));
-            }
-            let config = sampling(request, source.len());
-            let prompt = Prompt::new(ids(vec![task.start_token()]));
-            model.generate(ids(source), None, prompt, config)?
+        (Model::EncoderDecoder(model), Some(source)) => {
+            model.generate(ids(source), None, Prompt::new(ids(prompt.tokens)), settings)?
         }
-        Model::Encoder(_) => unreachable!("refused above: the task is add or translate"),
+        _ => unreachable!(
+            "the model is the task's: an encoder is refused above, a decoder reads no source \
+             and an encoder-decoder one"
+        ),
     };
     let mut tokens = Vec::new();
     let mut names = Vec::new();
@@ -121,10 +115,7 @@ pub fn generate(
         tokens.push(token);
         names.push(name);
     }
-    let sum = match task.kind {
-        TaskKind::Add => task.read_add_answer(&tokens),
-        _ => None,
-    };
+    let sum = task.read_answer(&tokens);
     Ok(Generated {
         task: task.kind,
         tokens,

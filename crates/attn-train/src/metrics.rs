@@ -154,9 +154,12 @@ struct TimingRow {
     wall_seconds: f64,
 }
 
+/// The wall times of the metrics rows, beside `metrics.csv`.
+pub const TIMINGS_FILE: &str = "timings.csv";
+
 /// The file of timings beside `metrics`: `timings.csv` in the same folder.
 pub fn timings_path(metrics: &Path) -> std::path::PathBuf {
-    metrics.with_file_name(crate::run_dir::TIMINGS_FILE)
+    metrics.with_file_name(TIMINGS_FILE)
 }
 
 impl MetricsLog {

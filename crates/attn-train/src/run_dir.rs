@@ -27,13 +27,12 @@ use crate::checkpoint;
 use crate::config::TrainConfig;
 use crate::error::TrainError;
 use crate::metrics::MetricsLog;
+pub use crate::metrics::TIMINGS_FILE;
 
 /// The configuration file written into (and read back from) the run folder.
 pub const CONFIG_FILE: &str = "config.json";
 /// The metrics file in the run folder.
 pub const METRICS_FILE: &str = "metrics.csv";
-/// The wall times of the metrics rows, in the run folder.
-pub const TIMINGS_FILE: &str = "timings.csv";
 /// The list of the files the program wrote into the run folder.
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// The loss curve in the run folder.

@@ -1,0 +1,213 @@
+//! Where a run starts: the model, optimizer and scheduler built afresh, or loaded from the
+//! newest intact checkpoint of the run folder, and the folder made ready.
+
+use std::path::PathBuf;
+
+use burn::optim::ModuleOptimizer;
+use burn::tensor::Device;
+
+use super::{RunOptions, optimizer};
+use crate::checkpoint::{self, TrainState};
+use crate::config::TrainConfig;
+use crate::error::TrainError;
+use crate::metrics::MetricsLog;
+use crate::model::Model;
+use crate::random::{self, Rng, Stream};
+use crate::run_dir::RunDir;
+use crate::schedule::Scheduler;
+
+/// Where a run starts: afresh, or from the newest checkpoint of its folder.
+pub(super) struct Start {
+    pub model: Model,
+    pub optim: ModuleOptimizer,
+    pub scheduler: Scheduler,
+    pub state: TrainState,
+    pub log: MetricsLog,
+    pub resumed_from: Option<usize>,
+    pub last_checkpoint: Option<PathBuf>,
+    pub run_dir: Option<RunDir>,
+}
+
+/// Builds the model, optimizer and scheduler, then loads the newest checkpoint into them when
+/// resuming, and prepares the run folder (cleared for a fresh run) with `config.json` in it.
+pub(super) fn start(
+    config: &TrainConfig,
+    train_device: &Device,
+    options: &RunOptions,
+) -> Result<Start, TrainError> {
+    let schedule = config.schedule();
+    train_device.seed(random::init_seed(config.seed));
+    let mut start = Start {
+        model: Model::init(config, train_device)?,
+        optim: optimizer(&config.optim),
+        scheduler: schedule.scheduler()?,
+        state: TrainState {
+            step: 0,
+            train_rng: Rng::stream(config.seed, Stream::Train),
+            schedule,
+            wall_seconds: 0.0,
+            train_seconds: 0.0,
+            tokens_seen: 0,
+            loss_sum: 0.0,
+            loss_count: 0,
+            first_loss: None,
+            run: config.identity(),
+        },
+        log: MetricsLog::default(),
+        resumed_from: None,
+        last_checkpoint: None,
+        run_dir: None,
+    };
+    let Some(out) = &options.out else {
+        return Ok(start);
+    };
+    let run_dir = if options.resume {
+        let run_dir = RunDir::existing(out)?;
+        let (path, skipped) = checkpoint::newest_intact(out)?;
+        for skip in &skipped {
+            eprintln!(
+                "skipping checkpoint {}: {}",
+                skip.path.display(),
+                skip.error
+            );
+        }
+        if !skipped.is_empty() {
+            eprintln!(
+                "resuming from {}, the newest intact checkpoint",
+                path.display()
+            );
+        }
+        let loaded = checkpoint::load(
+            &path,
+            start.model,
+            start.optim,
+            &schedule,
+            &config.identity(),
+        )?;
+        start.model = loaded.model;
+        start.optim = loaded.optim;
+        start.scheduler = loaded.scheduler;
+        // From here on the scheduler follows this run's schedule, whatever the checkpoint's was.
+        start.state = TrainState {
+            schedule,
+            ..loaded.state
+        };
+        let done = start.state.step;
+        for (what, asked) in [
+            ("--steps", Some(config.steps)),
+            ("--stop-at", options.stop_at),
+        ] {
+            if let Some(asked) = asked
+                && asked < done
+            {
+                return Err(TrainError::FewerStepsThanDone {
+                    what,
+                    asked,
+                    done,
+                    path: path.clone(),
+                });
+            }
+        }
+        start.resumed_from = Some(done);
+        if run_dir.metrics().exists() {
+            start.log = MetricsLog::read_csv(&run_dir.metrics())?;
+            start.log.truncate_after(start.state.step);
+        }
+        start.last_checkpoint = Some(path);
+        run_dir
+    } else {
+        RunDir::fresh(out, options.overwrite)?
+    };
+    run_dir.write_config(config)?;
+    start.run_dir = Some(run_dir);
+    Ok(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use attn_testing::for_each_device;
+
+    use super::super::tests::{TRAINING, quiet, temp_out, tiny};
+    use super::super::{RunOptions, run_on};
+    use crate::checkpoint;
+    use crate::error::TrainError;
+    use crate::tasks::TaskKind;
+
+    #[test]
+    fn resuming_with_more_steps_stretches_the_schedule() {
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        for_each_device(|d| {
+            let mut config = tiny(d, TaskKind::Reverse, 8);
+            config.eval_every = 4;
+            config.checkpoint_every = 4;
+            let out = temp_out("stretch", d.name);
+            let first = RunOptions {
+                stop_at: Some(4),
+                ..quiet(Some(out.clone()))
+            };
+            run_on(&config, d.device.clone(), &first).expect("first half");
+
+            config.steps = 12;
+            let resume = RunOptions {
+                resume: true,
+                ..quiet(Some(out.clone()))
+            };
+            let resumed = run_on(&config, d.device.clone(), &resume).expect("stretched");
+            let mut scheduler = config.schedule().scheduler().expect("valid");
+            let lrs: Vec<f64> = (0..12).map(|_| scheduler.step()).collect();
+            let logged: Vec<(usize, f64)> = resumed
+                .history
+                .rows
+                .iter()
+                .map(|r| (r.step, r.lr))
+                .collect();
+            assert_eq!(logged.len(), 3, "{logged:?}");
+            for &(step, lr) in &logged[1..] {
+                assert_eq!(lr, lrs[step - 1], "step {step}: {logged:?}");
+            }
+            std::fs::remove_dir_all(out).expect("cleanup");
+        });
+    }
+
+    #[test]
+    fn corrupt_or_mismatched_checkpoints_are_clear_errors() {
+        let _turn = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        for_each_device(|d| {
+            let config = tiny(d, TaskKind::Copy, 2);
+            let out = temp_out("corrupt", d.name);
+            run_on(&config, d.device.clone(), &quiet(Some(out.clone()))).expect("trains");
+            let resume = RunOptions {
+                resume: true,
+                ..quiet(Some(out.clone()))
+            };
+
+            let mut other = config.clone();
+            other.model.d_model = 12;
+            other.model.n_heads = 3;
+            let err = run_on(&other, d.device.clone(), &resume).expect_err("different model");
+            assert!(
+                matches!(err, TrainError::CheckpointMismatch { .. }),
+                "{err}"
+            );
+
+            let dir = checkpoint::latest(&out)
+                .expect("readable")
+                .expect("a checkpoint");
+            std::fs::write(dir.join("model.bpk"), b"not a burnpack file").expect("overwrite");
+            let err = run_on(&config, d.device.clone(), &resume).expect_err("corrupt model file");
+            assert!(matches!(err, TrainError::CorruptCheckpoint { .. }), "{err}");
+            assert!(err.to_string().contains("model.bpk"), "{err}");
+
+            let empty = temp_out("empty", d.name);
+            let resume_empty = RunOptions {
+                resume: true,
+                ..quiet(Some(empty.clone()))
+            };
+            let err =
+                run_on(&config, d.device.clone(), &resume_empty).expect_err("nothing to resume");
+            assert!(matches!(err, TrainError::NoCheckpoint { .. }), "{err}");
+            assert!(!empty.exists(), "a failed resume creates no folder");
+            std::fs::remove_dir_all(out).expect("cleanup");
+        });
+    }
+}
