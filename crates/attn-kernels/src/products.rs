@@ -55,7 +55,7 @@ impl<'a> Matrix<'a> {
     /// `gemm` packs `b` of a product into panels along its rows, one element at a time
     /// when its columns are strided: for `dx = dy · Wᵀ`, each value of `W` read from a
     /// different row, `d_output` floats apart. At a power-of-two stride those rows fall
-    /// into two sets of L1, so nearly every read waits on L2. Here each [`TILE`] × [`TILE`]
+    /// into two sets of L1, so nearly every read waits on L2. Here each `TILE` × `TILE` (16 × 16)
     /// tile is read as whole rows of the stored matrix (columns of this one) into a local
     /// array and written out as whole rows, blocks of rows on every thread.
     ///

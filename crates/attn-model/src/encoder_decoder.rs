@@ -178,6 +178,10 @@ pub struct EncoderDecoderInput<'a> {
 
 /// The source as the decoder reads it: tokens to encode, or an encoding already projected.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per call, moved into the forward pass and never stored"
+)]
 enum SourceInput<'a> {
     Tokens(Tensor<2, Int>),
     Cached(&'a MemoryCache),

@@ -231,6 +231,10 @@ pub struct TokenDecoderOutput {
 /// the encoder's states with their padding (a full forward), or their cached keys and values
 /// (a cached step).
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per call, moved into the forward pass and never stored"
+)]
 pub(crate) enum TargetMemory<'m> {
     None,
     States(Tensor<3>, Option<Tensor<2, Bool>>),

@@ -33,7 +33,7 @@ mod gpt2;
 use std::path::Path;
 
 pub use bert::{Bert, BertOutput};
-pub use config::{BertConfig, CONFIG_FILE, Gpt2Config, read_config};
+pub use config::{BertConfig, CONFIG_FILE, CONFIG_MAX_BYTES, Gpt2Config, read_config};
 pub use gpt2::Gpt2;
 
 use crate::error::{ConfigError, ModelError};

@@ -22,7 +22,13 @@ pub struct Series<'a> {
     pub color: RGBColor,
 }
 
-/// Tick values for an axis: where the ticks stand, and what each one reads.
+/// Draws `series` against the step into `path`, on a log scale when `log_y`.
+///
+/// Whatever the range, both axes carry labelled ticks: whole numbers for the step, and on a log
+/// axis that spans less than a decade, ticks inside the decade.
+///
+/// # Errors
+///
 /// [`TrainError::Plot`] when the file cannot be drawn or written.
 pub fn curves(
     path: &Path,

@@ -143,14 +143,6 @@ pub fn log_ticks(lo: f64, hi: f64) -> Ticks {
     }
 }
 
-/// Draws `series` against the step into `path`, on a log scale when `log_y`.
-///
-/// Whatever the range, both axes carry labelled ticks: whole numbers for the step, and on a log
-/// axis that spans less than a decade, ticks inside the decade.
-///
-/// # Errors
-///
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,7 +37,7 @@ use crate::tasks::Batch;
 ///
 /// # Errors
 ///
-/// As [`run`]; [`TrainError::Config`] when `devices` is empty or outnumbers the batch's rows.
+/// As [`run`](super::run); [`TrainError::Config`] when `devices` is empty or outnumbers the batch's rows.
 pub fn run_data_parallel(
     config: &TrainConfig,
     devices: Vec<Device>,
