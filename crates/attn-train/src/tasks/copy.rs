@@ -1,39 +1,12 @@
 //! The `copy` task: `y[i] = x[i]`. Needs no attention at all; a sanity check.
 
-use rand::RngCore;
-
-use super::{Architecture, Example, Size, Task, TaskConfig, TaskError, symbols};
+use super::symbols::SymbolTask;
 
 /// Output each input token unchanged.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CopyTask;
-
-impl Task for CopyTask {
-    fn name(&self) -> &'static str {
-        "copy"
-    }
-
-    fn architecture(&self) -> Architecture {
-        Architecture::Encoder
-    }
-
-    fn sizes(&self) -> &'static [Size] {
-        symbols::SIZES
-    }
-
-    fn validate(&self, config: &TaskConfig) -> Result<(), TaskError> {
-        symbols::validate_vocab(config)
-    }
-
-    fn model_vocab(&self, config: &TaskConfig) -> usize {
-        config.vocab
-    }
-
-    fn example(&self, config: &TaskConfig, rng: &mut dyn RngCore) -> Example {
-        let x = symbols::random_symbols(config, rng);
-        Example::encoded(x.clone(), x)
-    }
-}
+pub const COPY: SymbolTask = SymbolTask {
+    name: "copy",
+    target: |x| x.to_vec(),
+};
 
 #[cfg(test)]
 mod tests {

@@ -78,9 +78,9 @@ impl TaskKind {
     /// The registry: the implementation of each task, one line per task.
     pub fn task(self) -> &'static dyn Task {
         match self {
-            Self::Copy => &copy::CopyTask,
-            Self::Reverse => &reverse::ReverseTask,
-            Self::Sort => &sort::SortTask,
+            Self::Copy => &copy::COPY,
+            Self::Reverse => &reverse::REVERSE,
+            Self::Sort => &sort::SORT,
             Self::Context => &context::ContextTask,
             Self::Add => &add::AddTask,
             Self::Translate => &translate::TranslateTask,

@@ -2,41 +2,13 @@
 //! position, which attention can only do if it knows where tokens are: without positional
 //! information the encoder is permutation-equivariant and this task stays near chance.
 
-use rand::RngCore;
-
-use super::{Architecture, Example, Size, Task, TaskConfig, TaskError, symbols};
+use super::symbols::SymbolTask;
 
 /// Output the sequence reversed.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ReverseTask;
-
-impl Task for ReverseTask {
-    fn name(&self) -> &'static str {
-        "reverse"
-    }
-
-    fn architecture(&self) -> Architecture {
-        Architecture::Encoder
-    }
-
-    fn sizes(&self) -> &'static [Size] {
-        symbols::SIZES
-    }
-
-    fn validate(&self, config: &TaskConfig) -> Result<(), TaskError> {
-        symbols::validate_vocab(config)
-    }
-
-    fn model_vocab(&self, config: &TaskConfig) -> usize {
-        config.vocab
-    }
-
-    fn example(&self, config: &TaskConfig, rng: &mut dyn RngCore) -> Example {
-        let x = symbols::random_symbols(config, rng);
-        let y = x.iter().rev().copied().collect();
-        Example::encoded(x, y)
-    }
-}
+pub const REVERSE: SymbolTask = SymbolTask {
+    name: "reverse",
+    target: |x| x.iter().rev().copied().collect(),
+};
 
 #[cfg(test)]
 mod tests {

@@ -1,41 +1,16 @@
 //! The `sort` task: `y = sort(x)` (ascending). Needs both content and position.
 
-use rand::RngCore;
-
-use super::{Architecture, Example, Size, Task, TaskConfig, TaskError, symbols};
+use super::symbols::SymbolTask;
 
 /// Output the sequence sorted ascending.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SortTask;
-
-impl Task for SortTask {
-    fn name(&self) -> &'static str {
-        "sort"
-    }
-
-    fn architecture(&self) -> Architecture {
-        Architecture::Encoder
-    }
-
-    fn sizes(&self) -> &'static [Size] {
-        symbols::SIZES
-    }
-
-    fn validate(&self, config: &TaskConfig) -> Result<(), TaskError> {
-        symbols::validate_vocab(config)
-    }
-
-    fn model_vocab(&self, config: &TaskConfig) -> usize {
-        config.vocab
-    }
-
-    fn example(&self, config: &TaskConfig, rng: &mut dyn RngCore) -> Example {
-        let x = symbols::random_symbols(config, rng);
-        let mut y = x.clone();
+pub const SORT: SymbolTask = SymbolTask {
+    name: "sort",
+    target: |x| {
+        let mut y = x.to_vec();
         y.sort_unstable();
-        Example::encoded(x, y)
-    }
-}
+        y
+    },
+};
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 
 use rand::{Rng as _, RngCore};
 
-use super::{MAX_VOCAB, Size, TaskConfig, TaskError};
+use super::{Architecture, Example, MAX_VOCAB, Size, Task, TaskConfig, TaskError};
 
 /// The sizes the symbol tasks read.
 pub(super) const SIZES: &[Size] = &[Size::SeqLen, Size::Vocab];
@@ -29,5 +29,42 @@ pub(super) fn validate_vocab(config: &TaskConfig) -> Result<(), TaskError> {
         })
     } else {
         Ok(())
+    }
+}
+/// A symbol task: an encoder maps `seq_len` random symbols to `target(x)`, one output per
+/// position. `copy`, `reverse` and `sort` are each one of these, differing only in `target`.
+#[derive(Clone, Copy, Debug)]
+pub struct SymbolTask {
+    /// The task's name, as configs and the command line spell it.
+    pub name: &'static str,
+    /// The target sequence of an input sequence.
+    pub target: fn(&[i64]) -> Vec<i64>,
+}
+
+impl Task for SymbolTask {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn architecture(&self) -> Architecture {
+        Architecture::Encoder
+    }
+
+    fn sizes(&self) -> &'static [Size] {
+        SIZES
+    }
+
+    fn validate(&self, config: &TaskConfig) -> Result<(), TaskError> {
+        validate_vocab(config)
+    }
+
+    fn model_vocab(&self, config: &TaskConfig) -> usize {
+        config.vocab
+    }
+
+    fn example(&self, config: &TaskConfig, rng: &mut dyn RngCore) -> Example {
+        let x = random_symbols(config, rng);
+        let y = (self.target)(&x);
+        Example::encoded(x, y)
     }
 }
