@@ -47,10 +47,37 @@ pub struct TokenEmbedding {
     scale: bool,
 }
 
+/// The standard deviation of a table that is also the output head (GPT-2's
+/// `initializer_range`).
+pub const TIED_INIT_STD: f64 = 0.02;
+
+/// How a token table is read, and so how it is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Table {
+    /// Multiplied by `√d_model` when read (paper §3.4): drawn from `N(0, 1/d_model)`, so the
+    /// scaled embedding has unit variance.
+    Scaled,
+    /// Also the output head: drawn from `N(0, 0.02²)` ([`TIED_INIT_STD`]), so the first logits
+    /// are near zero and the first loss near `ln(vocab)`.
+    Tied,
+    /// Neither: drawn from `N(0, 1)`.
+    Plain,
+}
+
+impl Table {
+    /// The table of a model that scales its embeddings (`scale`) or ties its head (`tied`).
+    pub(crate) fn of(scale: bool, tied: bool) -> Self {
+        match (scale, tied) {
+            (true, _) => Self::Scaled,
+            (false, true) => Self::Tied,
+            (false, false) => Self::Plain,
+        }
+    }
+}
+
 impl TokenEmbedding {
-    /// A table of `vocab` rows of width `d_model`, from `N(0, 1/d_model)` when scaled by
-    /// `√d_model` (so the scaled embedding has unit variance), `N(0, 1)` otherwise, and the
-    /// additive positions of `pos`, drawn in `order`.
+    /// A table of `vocab` rows of width `d_model`, drawn as `table` says, and the additive
+    /// positions of `pos`, drawn in `order`.
     ///
     /// # Errors
     /// [`ModelError::Positional`] when the scheme refuses `d_model`.
@@ -59,14 +86,15 @@ impl TokenEmbedding {
         d_model: usize,
         pos: &PositionalScheme,
         dropout: f64,
-        scale: bool,
+        table: Table,
         order: DrawOrder,
         device: &Device,
     ) -> Result<Self, ModelError> {
-        let std = if scale {
-            (d_model as f64).powf(-0.5)
-        } else {
-            1.0
+        let scale = table == Table::Scaled;
+        let std = match table {
+            Table::Scaled => (d_model as f64).powf(-0.5),
+            Table::Tied => TIED_INIT_STD,
+            Table::Plain => 1.0,
         };
         let table = || {
             EmbeddingConfig::new(vocab, d_model)

@@ -21,7 +21,7 @@ use burn::tensor::{Bool, Device, Int, Tensor};
 
 use crate::attention::{NeedWeights, check_shape};
 use crate::cache::{KvCache, MemoryCache};
-use crate::embedding::{DrawOrder, TokenEmbedding};
+use crate::embedding::{DrawOrder, Table, TokenEmbedding};
 use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, EncoderInput};
 use crate::error::{ModelError, check_nonzero};
 use crate::feed_forward::Activation;
@@ -145,7 +145,7 @@ impl EncoderDecoderConfig {
                 self.d_model,
                 &self.pos,
                 self.dropout,
-                true,
+                Table::Scaled,
                 DrawOrder::PositionsFirst,
                 device,
             )?,

@@ -22,7 +22,7 @@ use burn::tensor::{Bool, Device, Int, Tensor};
 use crate::attention::NeedWeights;
 use crate::cache::{KvCache, MemoryCache, check_left_pad, left_padding_mask};
 use crate::decoder::{Decoder, DecoderBlockConfig, DecoderConfig, DecoderInput, DecoderWeights};
-use crate::embedding::{DrawOrder, TokenEmbedding};
+use crate::embedding::{DrawOrder, Table, TokenEmbedding};
 use crate::error::{ModelError, check_dropout, check_nonzero};
 use crate::feed_forward::Activation;
 use crate::project::project;
@@ -141,7 +141,7 @@ impl TokenDecoderConfig {
                 self.d_model,
                 &self.pos,
                 self.dropout,
-                self.scale_embedding,
+                Table::of(self.scale_embedding, self.tie_embeddings),
                 DrawOrder::PositionsFirst,
                 device,
             )?,

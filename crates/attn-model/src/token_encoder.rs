@@ -20,7 +20,7 @@ use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Int, Tensor};
 
 use crate::attention::NeedWeights;
-use crate::embedding::{DrawOrder, TokenEmbedding};
+use crate::embedding::{DrawOrder, Table, TokenEmbedding};
 use crate::encoder::{Encoder, EncoderBlockConfig, EncoderConfig, EncoderInput};
 use crate::error::{ModelError, check_nonzero};
 use crate::feed_forward::Activation;
@@ -152,7 +152,7 @@ impl TokenEncoderConfig {
                 self.d_model,
                 &self.pos,
                 self.dropout,
-                self.scale_embedding,
+                Table::of(self.scale_embedding, false),
                 DrawOrder::TableFirst,
                 device,
             )?,

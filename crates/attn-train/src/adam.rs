@@ -23,7 +23,10 @@
 //! the long training shape's update (`attn-bench --cases attn/train_long`), all on one thread
 //! while the other waited; see docs/benchmarks.md.
 
-use burn::optim::{Adam, AdamConfig, AdamState, LearningRate, Optimizer, decay::WeightDecayConfig};
+use burn::optim::{
+    Adam, AdamConfig, AdamState, AdamW, AdamWConfig, AdamWState, LearningRate, Optimizer,
+    decay::WeightDecayConfig,
+};
 use burn::tensor::{Device, Tensor};
 
 /// burn's Adam (no AMSGrad) with the one-pass step on flex. Build it with [`FusedAdam::new`].
@@ -226,5 +229,48 @@ mod tests {
             flex::step(&adam, 1e-3, &theta_t, &grad_t, None).is_none(),
             "strided"
         );
+    }
+}
+
+/// burn's AdamW with its weight decay on matrices only: parameters of rank 2 or more (the
+/// projections, the feed-forward weights, the embedding tables) decay; vectors (biases,
+/// LayerNorm's gain and shift) do not, as GPT-2's and nanoGPT's training decays them. Both
+/// halves are burn's [`AdamW`], so the state and the records are burn's.
+#[derive(Clone)]
+pub struct MatrixDecayAdamW {
+    decayed: AdamW,
+    undecayed: AdamW,
+}
+
+impl MatrixDecayAdamW {
+    /// `config` for the matrices, and the same without weight decay for the vectors.
+    pub fn new(config: &AdamWConfig) -> Self {
+        Self {
+            decayed: config.build(),
+            undecayed: config.clone().with_weight_decay(0.0).build(),
+        }
+    }
+}
+
+impl Optimizer for MatrixDecayAdamW {
+    type State<const D: usize> = AdamWState<D>;
+
+    fn step<const D: usize>(
+        &self,
+        lr: LearningRate,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        state: Option<Self::State<D>>,
+    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        let optimizer = if D >= 2 {
+            &self.decayed
+        } else {
+            &self.undecayed
+        };
+        optimizer.step(lr, tensor, grad, state)
+    }
+
+    fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
+        AdamW::to_device(state, device)
     }
 }

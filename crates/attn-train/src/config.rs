@@ -5,7 +5,7 @@
 //! The command line's flags are [`Overrides`], applied on top by [`TrainConfig::apply`]: the
 //! defaults, then the file, then the flags.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use attn_model::{
     Activation, EncoderDecoderConfig, NormPlacement, TokenDecoderConfig, TokenEncoderConfig,
@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::TrainError;
 use crate::schedule::{Decay, LrSchedule};
 use crate::tasks::{Architecture, Size, TaskConfig, TaskKind};
+use crate::text::TokenizerChoice;
 
 /// The positional schemes by their command-line names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -93,6 +94,9 @@ pub struct ModelConfig {
     pub final_norm: bool,
     /// Multiply the embeddings by `sqrt(d_model)` (paper section 3.4).
     pub scale_embedding: bool,
+    /// The decoder's output head is the transposed embedding table (GPT-2, nanoGPT).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tie_embeddings: bool,
 }
 
 impl Default for ModelConfig {
@@ -108,6 +112,7 @@ impl Default for ModelConfig {
             activation: Act::Relu,
             final_norm: true,
             scale_embedding: true,
+            tie_embeddings: false,
         }
     }
 }
@@ -118,7 +123,8 @@ impl Default for ModelConfig {
 pub enum OptimizerKind {
     /// Adam (Kingma and Ba 2015); weight decay, if any, is added to the gradient.
     Adam,
-    /// AdamW (Loshchilov and Hutter 2019): weight decay applied to the weights directly.
+    /// AdamW (Loshchilov and Hutter 2019): weight decay applied to the weights directly, to
+    /// matrices only (biases and LayerNorm parameters do not decay).
     Adamw,
 }
 
@@ -223,10 +229,23 @@ impl Default for TrainConfig {
 #[command(mut_args = state_default)]
 pub struct Overrides {
     /// The task: copy, reverse, sort, context (the "apple" problem), add (a decoder
-    /// generates the sum) or translate (an encoder-decoder writes digit words as digits,
-    /// backwards)
+    /// generates the sum), translate (an encoder-decoder writes digit words as digits,
+    /// backwards) or text (a language model on --data; it switches to nanoGPT's recipe:
+    /// --seq-len 64, GELU, a tied head, AdamW with weight decay 0.1 on matrices, cosine decay
+    /// to 0.1 × lr)
     #[arg(long, value_enum)]
     pub task: Option<TaskKind>,
+    /// text: the text files to train on, in order (a folder stands for its files); the first
+    /// 90% trains, the last 10% validates
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub data: Option<Vec<PathBuf>>,
+    /// text: char (one token per character), bpe:N (a byte-level BPE of N tokens trained on
+    /// the text) or the path of a tokenizer.json
+    #[arg(long, value_name = "char|bpe:N|FILE.json")]
+    pub tokenizer: Option<TokenizerChoice>,
+    /// text: read bytes that are not UTF-8 as U+FFFD instead of refusing the file
+    #[arg(long)]
+    pub lossy: bool,
     /// Backend, one compiled into this build (default: flex where compiled in, else the first
     /// backend compiled in); a comma-separated list (`flex,flex`, `wgpu:0,wgpu:1`) trains one
     /// replica per entry, data-parallel, the batch shared among them
@@ -298,7 +317,7 @@ pub struct Overrides {
     /// Learning-rate decay after warm-up
     #[arg(long, value_enum)]
     pub decay: Option<Decay>,
-    /// Weight decay (AdamW: decoupled; Adam: added to the gradient)
+    /// Weight decay (AdamW: decoupled, on matrices only; Adam: added to the gradient)
     #[arg(long, allow_negative_numbers = true)]
     pub weight_decay: Option<f64>,
     /// Largest global gradient norm; 0 turns clipping off, negative or NaN is refused
@@ -345,6 +364,7 @@ fn stated_default(flag: &str) -> Option<String> {
     let (task, model, optim) = (&defaults.task, &defaults.model, &defaults.optim);
     Some(match flag {
         "task" => name(task.kind)?,
+        "tokenizer" => task.text.tokenizer.to_string(),
         "steps" => defaults.steps.to_string(),
         "batch_size" => defaults.batch_size.to_string(),
         "seq_len" => task.seq_len.to_string(),
@@ -486,6 +506,7 @@ impl TrainConfig {
         .with_activation(self.activation())
         .with_final_norm(m.final_norm)
         .with_scale_embedding(m.scale_embedding)
+        .with_tie_embeddings(m.tie_embeddings)
     }
 
     /// The encoder-decoder this run trains (`translate`): `n_layers` blocks in each stack.
@@ -598,6 +619,9 @@ impl TrainConfig {
                 *slot = value.clone();
             }
         }
+        if o.task == Some(TaskKind::Text) && self.task.kind != TaskKind::Text {
+            self.text_recipe();
+        }
         let (task, model, optim) = (&mut self.task, &mut self.model, &mut self.optim);
         set(&mut task.kind, &o.task);
         if o.long_range {
@@ -630,6 +654,21 @@ impl TrainConfig {
                 return unused(flag, value);
             }
         }
+        let text_flags = [
+            ("--data", o.data.is_some()),
+            ("--tokenizer", o.tokenizer.is_some()),
+            ("--lossy", o.lossy),
+        ];
+        for (flag, given) in text_flags {
+            if given && kind != TaskKind::Text {
+                return Err(TrainError::Config(format!(
+                    "{flag} is for the text task, not {kind} (give --task text)"
+                )));
+            }
+        }
+        set(&mut task.text.data, &o.data);
+        set(&mut task.text.tokenizer, &o.tokenizer);
+        task.text.lossy |= o.lossy;
         set(&mut task.seq_len, &o.seq_len);
         set(&mut task.vocab, &o.vocab);
         set(&mut task.min_distance, &o.min_distance);
@@ -674,6 +713,30 @@ impl TrainConfig {
         set(&mut self.seed, &o.seed);
         set(&mut self.device, &o.device);
         Ok(())
+    }
+
+    /// The `text` task's recipe, nanoGPT's for `shakespeare_char`, set when `--task text`
+    /// switches to it (flags given with it still win): sequences of 64 tokens, GELU, a head
+    /// tied to the embeddings and no embedding scaling (GPT-2's choices), and AdamW (β₂ 0.99,
+    /// ε 1e-8, weight decay 0.1 on matrices only) with 100 warm-up steps and a cosine decay to
+    /// a tenth of the peak.
+    pub fn text_recipe(&mut self) {
+        let (task, model, optim) = (&mut self.task, &mut self.model, &mut self.optim);
+        task.kind = TaskKind::Text;
+        task.seq_len = 64;
+        if let PositionalScheme::Learned { max_len } = &mut model.pos {
+            *max_len = task.seq_len;
+        }
+        model.activation = Act::Gelu;
+        model.tie_embeddings = true;
+        model.scale_embedding = false;
+        optim.kind = OptimizerKind::Adamw;
+        optim.beta_2 = 0.99;
+        optim.epsilon = 1e-8;
+        optim.weight_decay = 0.1;
+        optim.warmup_steps = 100;
+        optim.decay = Decay::Cosine;
+        optim.final_fraction = 0.1;
     }
 
     /// Reads a configuration from JSON text.
@@ -733,6 +796,7 @@ mod tests {
             let mut base = defaults.clone();
             match long {
                 "min-distance" => base.task.kind = TaskKind::Context,
+                "tokenizer" => base.text_recipe(),
                 "digits" => {
                     base.task.kind = TaskKind::Add;
                     base.model.pos = PosName::Learned.scheme(base.task.model_seq_len());
@@ -743,8 +807,11 @@ mod tests {
             assert_eq!(json(&config), json(&base), "{flag} {value}");
             checked += 1;
         }
-        assert_eq!(unstated, ["device", "long-range", "final-norm"]);
-        assert_eq!(checked, 26);
+        assert_eq!(
+            unstated,
+            ["data", "lossy", "device", "long-range", "final-norm"]
+        );
+        assert_eq!(checked, 27);
         assert_eq!(defaults.device, crate::backend::default_backend());
     }
 

@@ -21,6 +21,9 @@ pub enum TrainError {
     /// The encoder cannot be built or run.
     #[error("model: {0}")]
     Model(ModelError),
+    /// A text the `text` task cannot train on.
+    #[error(transparent)]
+    Text(#[from] crate::text::TextError),
     /// The backend is unknown or not compiled in.
     #[error(transparent)]
     Backend(#[from] BackendError),

@@ -5,21 +5,27 @@
 //! ```text
 //! add        prompt "123+45="   → the sum's digits, least significant first: 8610 (168)
 //! translate  prompt "three one" → <s>, then the digits backwards: 1 3
+//!
+//! text       prompt "ROMEO:"    → 200 tokens of text, sampled (temperature 0.8, top-k 200)
 //! ```
+//!
+//! A `text` run writes past its window ([`crate::text::continue_text`]), and its text is
+//! streamed in whole characters, however its tokenizer cuts them.
 //!
 //! An encoder-only run (`copy`, `reverse`, `sort`, `context`) classifies each position and has
 //! nothing to generate; it is refused with [`TrainError::Config`].
 
 use std::path::PathBuf;
 
-use attn_model::{GenerateConfig, Prompt, Sampling};
-use burn::tensor::{Int, Tensor, TensorData};
+use attn_model::{GenerateConfig, Prompt, Sampling, TokenDecoder};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::checkpoint;
 use crate::error::TrainError;
 use crate::model::Model;
 use crate::run_dir;
-use crate::tasks::{Architecture, TaskKind};
+use crate::tasks::{Architecture, TaskConfig, TaskKind};
+use crate::text::{self, Continuation, continue_text};
 
 /// What to generate, and how.
 #[derive(Clone, Debug)]
@@ -27,12 +33,14 @@ pub struct Request {
     /// The run folder: `config.json` and `checkpoints/`.
     pub run: PathBuf,
     /// `add`: `a+b=`; `translate`: as many digit words as the run's `seq_len`, separated by
-    /// spaces.
+    /// spaces; `text`: any text.
     pub prompt: String,
-    /// New tokens at most; `None`: the length of the task's answer.
+    /// New tokens at most; `None`: the length of the task's answer ([`TEXT_NEW_TOKENS`] for
+    /// `text`).
     pub max_new_tokens: Option<usize>,
-    /// Greedy or sampled.
-    pub sampling: Sampling,
+    /// Greedy or sampled; `None`: the task's way ([`text_sampling`] for `text`, greedy for
+    /// the others).
+    pub sampling: Option<Sampling>,
     /// Seed of the sampling generator.
     pub seed: u64,
     /// Backend name; `None`: the run's own (a data-parallel run's first).
@@ -53,8 +61,22 @@ pub struct Generated {
     pub sum: Option<u64>,
 }
 
-/// Generates for `request`, calling `on_token` with each new token's name as soon as it is
-/// chosen.
+/// New tokens of a `text` generation unless the request says otherwise.
+pub const TEXT_NEW_TOKENS: usize = 200;
+
+/// How a `text` generation samples unless the request says otherwise: nanoGPT's `sample.py`
+/// (temperature 0.8, the 200 most likely tokens).
+pub fn text_sampling() -> Sampling {
+    Sampling::Sample {
+        temperature: 0.8,
+        top_k: Some(200),
+        top_p: None,
+    }
+}
+
+/// Generates for `request`, calling `on_token` with the text of each new token as soon as it
+/// is chosen, separated as it reads: digits together, words apart, a text's pieces as they
+/// are (and only in whole characters).
 ///
 /// # Errors
 ///
@@ -83,6 +105,14 @@ pub fn generate(
     let path =
         checkpoint::latest(dir)?.ok_or_else(|| TrainError::NoCheckpoint { path: dir.clone() })?;
     let model = checkpoint::load_model(&path, Model::init(&config, &device)?)?;
+    if request.max_new_tokens == Some(0) {
+        return Err(TrainError::Config(
+            "--max-new-tokens is 0: there is nothing to generate".into(),
+        ));
+    }
+    if let (TaskKind::Text, Model::Decoder(decoder)) = (task.kind, &model) {
+        return generate_text(request, task, decoder, &device, on_token);
+    }
 
     let ids = |ids: Vec<i64>| {
         let len = ids.len();
@@ -91,7 +121,9 @@ pub fn generate(
     let prompt = task
         .generation_prompt(&request.prompt)
         .map_err(TrainError::Config)?;
-    let settings = sampling(request, task.answer_len());
+    let settings = GenerateConfig::new(request.max_new_tokens.unwrap_or(task.answer_len()))
+        .with_sampling(request.sampling.clone().unwrap_or_default())
+        .with_seed(request.seed);
     let generation = match (&model, prompt.source) {
         (Model::Decoder(decoder), None) => {
             decoder.generate(Prompt::new(ids(prompt.tokens)), settings)?
@@ -111,7 +143,13 @@ pub fn generate(
             break;
         };
         let name = task.token_name(token);
-        on_token(&name);
+        // One-character tokens (digits) read as one word; longer ones are spaced.
+        let gap = if tokens.is_empty() || name.chars().count() == 1 {
+            ""
+        } else {
+            " "
+        };
+        on_token(&format!("{gap}{name}"));
         tokens.push(token);
         names.push(name);
     }
@@ -124,9 +162,43 @@ pub fn generate(
     })
 }
 
-/// The generation settings of `request`, `answer_len` new tokens unless it says otherwise.
-fn sampling(request: &Request, answer_len: usize) -> GenerateConfig {
-    GenerateConfig::new(request.max_new_tokens.unwrap_or(answer_len))
-        .with_sampling(request.sampling.clone())
-        .with_seed(request.seed)
+/// A `text` run's continuation of the prompt, streamed in whole characters.
+fn generate_text(
+    request: &Request,
+    task: &TaskConfig,
+    decoder: &TokenDecoder,
+    device: &Device,
+    mut on_token: impl FnMut(&str),
+) -> Result<Generated, TrainError> {
+    let tokenizer = text::read_run_tokenizer(&request.run)?;
+    let prompt = tokenizer.encode(&request.prompt)?;
+    if prompt.is_empty() {
+        return Err(TrainError::Config(format!(
+            "the prompt {:?} encodes to no token; give at least one character",
+            request.prompt
+        )));
+    }
+    let how = Continuation {
+        new_tokens: request.max_new_tokens.unwrap_or(TEXT_NEW_TOKENS),
+        window: task.seq_len,
+        sampling: request.sampling.clone().unwrap_or_else(text_sampling),
+        seed: request.seed,
+    };
+    let mut stream = tokenizer.stream();
+    let ids = continue_text(decoder, &prompt, &how, device, |id| {
+        let piece = stream.push(id)?;
+        if !piece.is_empty() {
+            on_token(&piece);
+        }
+        Ok(())
+    })?;
+    Ok(Generated {
+        task: TaskKind::Text,
+        names: ids
+            .iter()
+            .map(|&id| tokenizer.token_name(id as usize))
+            .collect(),
+        tokens: ids.into_iter().map(i64::from).collect(),
+        sum: None,
+    })
 }

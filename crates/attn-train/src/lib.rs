@@ -7,7 +7,9 @@
 //!
 //! One module per job:
 //!
-//! - [`tasks`]: the synthetic tasks, and where the `context` task's cue stands;
+//! - [`tasks`]: the synthetic tasks and the `text` task, and where the `context` task's cue
+//!   stands;
+//! - [`text`]: the `text` task's data: files, tokenizers, splits, and text written by a model;
 //! - [`model`]: the model a task trains (encoder, decoder-only or encoder-decoder), its
 //!   teacher-forced logits and its predictions, generated for the decoders;
 //! - [`generate`]: generation from a trained run's checkpoint, token by token;
@@ -16,6 +18,7 @@
 //! - [`loss`]: the objective, shared by training and evaluation;
 //! - [`evaluate`]: the held-out set and a model's loss and accuracies on it;
 //! - [`inspect`]: attention weights of every head, heatmaps, cue attention;
+//! - [`view`]: the attention explorer, one HTML page of a run's or a Hugging Face model's heads;
 //! - [`schedule`]: the learning rate, run by burn's schedulers;
 //! - [`clip`]: global-norm gradient clipping;
 //! - [`adam`]: burn's Adam with its step as one pass on flex;
@@ -56,7 +59,9 @@ pub mod random;
 pub mod run_dir;
 pub mod schedule;
 pub mod tasks;
+pub mod text;
 pub mod train;
+pub mod view;
 
 pub use config::TrainConfig;
 pub use error::TrainError;

@@ -27,10 +27,11 @@ use attn_model::Sampling;
 use attn_train::config::{Overrides, TrainConfig};
 use attn_train::generate::{self, Request};
 use attn_train::train::{self, RunOptions};
+use attn_train::view;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-/// Train a Transformer on a synthetic sequence task.
+/// Train a Transformer on a synthetic sequence task, or a language model on your own text.
 #[derive(Parser, Debug)]
 #[command(name = "attn-train", version, about, long_about = None)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -72,8 +73,38 @@ const INTERRUPTED: i32 = 130;
 /// What the program does besides training.
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Generate from a trained decoder (add or translate run), printing tokens as they come.
+    /// Generate from a trained decoder (an add, translate or text run), printing tokens as
+    /// they come.
     Generate(GenerateArgs),
+    /// Write one HTML page (no network needed) to explore a model's attention on a text: each
+    /// head's lines from token to token, every layer and head at a glance.
+    View(ViewArgs),
+}
+
+/// The flags of `attn-train view`.
+#[derive(clap::Args, Debug)]
+struct ViewArgs {
+    /// A run folder (its config.json and newest checkpoint).
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "model",
+        conflicts_with = "model"
+    )]
+    run: Option<PathBuf>,
+    /// A Hugging Face model folder (GPT-2 or BERT: config.json, the weights, tokenizer.json).
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// The text: any text for a text run or a model folder, a prompt for add and translate,
+    /// the task's tokens separated by spaces for the others.
+    #[arg(long)]
+    text: String,
+    /// The page to write; an existing file is replaced only if it is such a page.
+    #[arg(long, value_name = "FILE.html")]
+    out: PathBuf,
+    /// Backend (default: flex where compiled in, else the first backend compiled in).
+    #[arg(long)]
+    device: Option<String>,
 }
 
 /// The flags of `attn-train generate`.
@@ -83,14 +114,16 @@ struct GenerateArgs {
     #[arg(long, value_name = "DIR")]
     run: PathBuf,
     /// add: two numbers, `123+456=`; translate: the run's seq_len digit words, `three one
-    /// four ...`.
+    /// four ...`; text: any text, `ROMEO:`.
     #[arg(long)]
     prompt: String,
-    /// New tokens at most (default: the task's answer length).
+    /// New tokens at most (default: the task's answer length; text: 200).
     #[arg(long)]
     max_new_tokens: Option<usize>,
-    /// Sample at this temperature instead of taking the most likely token.
-    #[arg(long)]
+    /// Sample at this temperature instead of taking the most likely token (text runs sample
+    /// at 0.8 from the 200 most likely tokens unless --temperature, --top-k or --top-p is
+    /// given).
+    #[arg(long, allow_negative_numbers = true)]
     temperature: Option<f64>,
     /// Sample from the k most likely tokens only (temperature 1 unless given).
     #[arg(long)]
@@ -112,8 +145,10 @@ fn main() -> Result<()> {
     attn_train::allocator::keep_freed_memory();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    if let Some(Command::Generate(args)) = &cli.command {
-        return run_generate(args);
+    match &cli.command {
+        Some(Command::Generate(args)) => return run_generate(args),
+        Some(Command::View(args)) => return run_view(args),
+        None => {}
     }
     let interrupt = Arc::new(AtomicBool::new(false));
     let signals = Arc::new(AtomicUsize::new(0));
@@ -226,15 +261,12 @@ fn shell_quoted(word: &str) -> String {
 
 /// `attn-train generate`: streams the new tokens to stdout as they come.
 fn run_generate(args: &GenerateArgs) -> Result<()> {
-    let sampling = if args.temperature.is_some() || args.top_k.is_some() || args.top_p.is_some() {
-        Sampling::Sample {
+    let sampling = (args.temperature.is_some() || args.top_k.is_some() || args.top_p.is_some())
+        .then(|| Sampling::Sample {
             temperature: args.temperature.unwrap_or(1.0),
             top_k: args.top_k,
             top_p: args.top_p,
-        }
-    } else {
-        Sampling::Greedy
-    };
+        });
     let request = Request {
         run: args.run.clone(),
         prompt: args.prompt.clone(),
@@ -244,16 +276,8 @@ fn run_generate(args: &GenerateArgs) -> Result<()> {
         device: args.device.clone(),
     };
     let mut stdout = std::io::stdout();
-    let mut first = true;
-    let generated = generate::generate(&request, |token| {
-        // One-character tokens (digits) read as one word; longer ones are spaced.
-        let gap = if first || token.chars().count() == 1 {
-            ""
-        } else {
-            " "
-        };
-        first = false;
-        let _ = write!(stdout, "{gap}{token}");
+    let generated = generate::generate(&request, |piece| {
+        let _ = write!(stdout, "{piece}");
         let _ = stdout.flush();
     })
     .with_context(|| format!("generating from {}", args.run.display()))?;
@@ -261,6 +285,33 @@ fn run_generate(args: &GenerateArgs) -> Result<()> {
     if let Some(sum) = generated.sum {
         println!("read back, most significant digit first: {sum}");
     }
+    Ok(())
+}
+
+/// `attn-train view`: writes the explorer page.
+fn run_view(args: &ViewArgs) -> Result<()> {
+    let name = args
+        .device
+        .clone()
+        .unwrap_or_else(|| attn_train::backend::default_backend().to_string());
+    let device = attn_train::backend::device(&name)?;
+    let (title, views) = match (&args.run, &args.model) {
+        (Some(run), _) => view::from_run(run, &args.text, &device)
+            .with_context(|| format!("reading the attention of {}", run.display()))?,
+        (None, Some(model)) => view::from_model_folder(model, &args.text, &device)
+            .with_context(|| format!("reading the attention of {}", model.display()))?,
+        (None, None) => bail!("give --run DIR or --model DIR"),
+    };
+    let page = view::page(&title, &views);
+    view::write_page(&args.out, &page)?;
+    let tokens = views.first().map_or(0, |v| v.queries.len());
+    eprintln!(
+        "wrote {} ({:.1} MB): {tokens} tokens, {} layers × {} heads",
+        args.out.display(),
+        page.len() as f64 / 1e6,
+        views.first().map_or(0, |v| v.layers),
+        views.first().map_or(0, |v| v.heads),
+    );
     Ok(())
 }
 
@@ -308,7 +359,7 @@ mod tests {
             }
         }
         // A file or a folder to read from has no default: without it, nothing is read.
-        assert_eq!(unstated, ["config", "resume"]);
+        assert_eq!(unstated, ["data", "config", "resume"]);
     }
 
     #[test]

@@ -86,8 +86,8 @@ impl Model {
     }
 
     /// What the model predicts at every position of `batch`, `[batch, seq_len]` row-major:
-    /// the encoder's argmax of `logits` (its [`logits`](Self::logits) on `batch`); for the
-    /// decoders, which ignore `logits`, the answer generated greedily from the first
+    /// the argmax of `logits` (its [`logits`](Self::logits) on `batch`) for the encoder and for
+    /// the `text` task's decoder; for the other decoders, which ignore `logits`, the answer generated greedily from the first
     /// `task.prompt_len()` tokens of each row, placed where the targets hold it (every other
     /// position [`IGNORED`]).
     ///
@@ -106,7 +106,9 @@ impl Model {
         logits: Tensor<3>,
         device: &Device,
     ) -> Result<Vec<i64>, TrainError> {
-        if let Self::Encoder(_) = self {
+        // The encoder classifies every position; a decoder of a task without answers (`text`)
+        // predicts the next token at every position.
+        if matches!(self, Self::Encoder(_)) || task.answer_len() == 0 {
             let predictions = logits.argmax(2).squeeze_dim::<2>(2); // [batch, seq_len]
             return predictions
                 .into_data()

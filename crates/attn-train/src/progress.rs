@@ -65,6 +65,16 @@ impl Progress {
         }
     }
 
+    /// Text the model wrote at an evaluation (the `text` task).
+    pub(crate) fn sample(&self, step: usize, text: &str) {
+        let message = format!("sample at step {step}:\n{text}\n");
+        if let Some(bar) = &self.bar {
+            bar.println(message);
+        } else if self.lines {
+            eprintln!("{message}");
+        }
+    }
+
     /// The run ended (or stopped).
     pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {

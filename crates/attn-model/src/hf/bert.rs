@@ -40,6 +40,9 @@ pub struct BertOutput {
     /// `tanh(h[:, 0] · W_pool + b_pool)`, `[batch, d_model]`; `None` for a checkpoint saved
     /// without the pooler.
     pub pooler_output: Option<Tensor<2>>,
+    /// Each layer's attention weights, `[batch, n_heads, seq_len, seq_len]`, from
+    /// [`Bert::attentions`]; empty from [`Bert::try_forward`].
+    pub attentions: Vec<Tensor<4>>,
 }
 
 /// A Hugging Face `BertModel`: embeddings, [`Encoder`], pooler.
@@ -169,6 +172,31 @@ impl Bert {
         token_type_ids: Option<Tensor<2, Int>>,
         attention_mask: Option<Tensor<2, Int>>,
     ) -> Result<BertOutput, ModelError> {
+        self.run(input_ids, token_type_ids, attention_mask, NeedWeights::No)
+    }
+
+    /// Every layer's attention weights on `input_ids` (token type 0, no padding), first layer
+    /// first: what transformers returns as `attentions` with `output_attentions=True`.
+    ///
+    /// # Shapes
+    /// - `input_ids`: `[batch, seq_len]`
+    /// - output: one `[batch, n_heads, seq_len, seq_len]` per layer
+    ///
+    /// # Errors
+    /// As [`try_forward`](Self::try_forward).
+    pub fn attentions(&self, input_ids: Tensor<2, Int>) -> Result<Vec<Tensor<4>>, ModelError> {
+        Ok(self
+            .run(input_ids, None, None, NeedWeights::PerHead)?
+            .attentions)
+    }
+
+    fn run(
+        &self,
+        input_ids: Tensor<2, Int>,
+        token_type_ids: Option<Tensor<2, Int>>,
+        attention_mask: Option<Tensor<2, Int>>,
+        need_weights: NeedWeights,
+    ) -> Result<BertOutput, ModelError> {
         let [batch, seq_len] = input_ids.dims();
         check_tokens(&input_ids, self.vocab)?;
         let max_len = self.position_embeddings.weight.shape().dims::<2>()[0];
@@ -201,14 +229,12 @@ impl Bert {
             + positions
             + self.token_type_embeddings.forward(token_types); // [batch, seq_len, d_model]
         let x = self.norm_embeddings.forward(x);
-        let hidden = self
-            .encoder
-            .try_forward(EncoderInput {
-                x,
-                padding,
-                need_weights: NeedWeights::No,
-            })?
-            .output; // [batch, seq_len, d_model]
+        let encoded = self.encoder.try_forward(EncoderInput {
+            x,
+            padding,
+            need_weights,
+        })?;
+        let hidden = encoded.output; // [batch, seq_len, d_model]
         let pooler_output = self.pooler.as_ref().map(|pooler| {
             let [_, _, d_model] = hidden.dims();
             let first = hidden.clone().narrow(1, 0, 1).reshape([batch, d_model]); // [batch, d_model]
@@ -217,6 +243,7 @@ impl Bert {
         Ok(BertOutput {
             last_hidden_state: hidden,
             pooler_output,
+            attentions: encoded.weights,
         })
     }
 

@@ -52,6 +52,12 @@ impl Gpt2 {
         Self::from_state_dict(&config, &read_weights(folder)?, device)
     }
 
+    /// The decoder this model is: its blocks, its cache and its attention weights
+    /// ([`TokenDecoder::try_forward`] with [`NeedWeights::PerHead`](crate::NeedWeights)).
+    pub fn decoder(&self) -> &TokenDecoder {
+        &self.model
+    }
+
     /// The [`TokenDecoderConfig`] of a GPT-2 configuration.
     ///
     /// # Errors

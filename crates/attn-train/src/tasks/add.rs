@@ -68,7 +68,7 @@ impl Task for AddTask {
         config.digits + 1
     }
 
-    fn token_name(&self, token: usize) -> String {
+    fn token_name(&self, _config: &TaskConfig, token: usize) -> String {
         ADD_TOKENS
             .get(token)
             .map_or_else(|| format!("#{token}"), |t| t.to_string())

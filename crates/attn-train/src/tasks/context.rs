@@ -65,7 +65,7 @@ impl Task for ContextTask {
         Some(IGNORED)
     }
 
-    fn token_name(&self, token: usize) -> String {
+    fn token_name(&self, _config: &TaskConfig, token: usize) -> String {
         context_word(token).map_or_else(|| format!("#{token}"), String::from)
     }
 
@@ -167,6 +167,7 @@ mod tests {
             vocab: 0,
             min_distance: 30,
             digits: 3,
+            ..TaskConfig::default()
         };
         task.validate().expect("30 < 40");
         let apple = context_token(AMBIGUOUS);
@@ -201,6 +202,7 @@ mod tests {
             vocab: 0,
             min_distance: 2,
             digits: 3,
+            ..TaskConfig::default()
         };
         let words = ["the", "ripe", "a", "of", "apple", "to", "in", "is", "it"];
         let tokens: Vec<i64> = words.iter().map(|w| context_token(w)).collect();

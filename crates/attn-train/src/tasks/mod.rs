@@ -33,10 +33,12 @@ mod held_out;
 pub mod reverse;
 pub mod sort;
 mod symbols;
+pub mod text;
 pub mod translate;
 
 pub use batch::Batch;
 pub use held_out::{HELD_OUT_ONE_IN, Split};
+pub use text::TextSettings;
 
 /// The class of positions that are not scored (loss and accuracy skip them).
 pub const IGNORED: usize = 0;
@@ -72,6 +74,8 @@ pub enum TaskKind {
     Add,
     /// Write digit words as digits, backwards (encoder-decoder).
     Translate,
+    /// Model the user's own text, one token after another (decoder-only).
+    Text,
 }
 
 impl TaskKind {
@@ -84,6 +88,7 @@ impl TaskKind {
             Self::Context => &context::ContextTask,
             Self::Add => &add::AddTask,
             Self::Translate => &translate::TranslateTask,
+            Self::Text => &text::TextTask,
         }
     }
 
@@ -222,7 +227,7 @@ pub trait Task: Sync {
     }
 
     /// A readable name for a (non-negative) input token, for plots.
-    fn token_name(&self, token: usize) -> String {
+    fn token_name(&self, _config: &TaskConfig, token: usize) -> String {
         token.to_string()
     }
 
@@ -233,6 +238,18 @@ pub trait Task: Sync {
 
     /// One example, drawn from `rng` whatever the held-out split.
     fn example(&self, config: &TaskConfig, rng: &mut dyn RngCore) -> Example;
+
+    /// One example from one side of the held-out split: by default, examples drawn until one
+    /// falls on that side ([`held_out_key`](Self::held_out_key)).
+    fn example_from(&self, config: &TaskConfig, split: Split, rng: &mut dyn RngCore) -> Example {
+        loop {
+            let example = self.example(config, rng);
+            match self.held_out_key(config, &example) {
+                Some(key) if held_out::split_of(key) != split => continue,
+                _ => return example,
+            }
+        }
+    }
 
     /// The part of `example` whose hash decides its side of the held-out split; `None` for a
     /// task without a held-out split (every example may appear on both sides).
@@ -294,6 +311,9 @@ pub struct TaskConfig {
     pub min_distance: usize,
     /// `add` only: digits of each operand.
     pub digits: usize,
+    /// `text` only: the text and its tokenizer.
+    #[serde(skip_serializing_if = "TextSettings::is_unused")]
+    pub text: TextSettings,
 }
 
 impl Default for TaskConfig {
@@ -304,6 +324,7 @@ impl Default for TaskConfig {
             vocab: 16,
             min_distance: 1,
             digits: 3,
+            text: TextSettings::default(),
         }
     }
 }
@@ -334,6 +355,9 @@ pub enum TaskError {
         /// The largest that fits.
         max: usize,
     },
+    /// The text task without a text.
+    #[error("the text task needs a text to train on: give --data FILE (or a folder)")]
+    NoText,
     /// `add` operands need between 1 and 9 digits.
     #[error("digits is {digits}; add needs operands of 1 to 9 digits")]
     DigitsOutOfRange {
@@ -414,7 +438,7 @@ impl TaskConfig {
     /// A readable name for an input token, for plots.
     pub fn token_name(&self, token: i64) -> String {
         match usize::try_from(token) {
-            Ok(token) => self.task().token_name(token),
+            Ok(token) => self.task().token_name(self, token),
             Err(_) => format!("#{token}"),
         }
     }
@@ -457,14 +481,7 @@ impl TaskConfig {
             source: Vec::with_capacity(batch * source_len),
         };
         for _ in 0..batch {
-            // Rejection sampling: draw until the example falls on the asked side.
-            let example = loop {
-                let example = task.example(self, &mut *rng);
-                match task.held_out_key(self, &example) {
-                    Some(key) if held_out::split_of(key) != split => continue,
-                    _ => break example,
-                }
-            };
+            let example = task.example_from(self, split, &mut *rng);
             out.source.extend(example.source);
             out.tokens.extend(example.tokens);
             out.targets.extend(example.targets);
@@ -514,6 +531,7 @@ mod tests {
             vocab: 5,
             min_distance: 1,
             digits: 3,
+            ..TaskConfig::default()
         }
     }
 
@@ -557,6 +575,7 @@ mod tests {
             vocab: 0,
             min_distance: 30,
             digits: 3,
+            ..TaskConfig::default()
         };
         assert_eq!(
             bad.validate(),
@@ -571,6 +590,7 @@ mod tests {
             vocab: 1,
             min_distance: 1,
             digits: 3,
+            ..TaskConfig::default()
         };
         assert_eq!(bad.validate(), Err(TaskError::VocabTooSmall { vocab: 1 }));
         let bad = TaskConfig {

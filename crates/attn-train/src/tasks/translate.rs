@@ -47,7 +47,7 @@ impl Task for TranslateTask {
         config.seq_len
     }
 
-    fn token_name(&self, token: usize) -> String {
+    fn token_name(&self, _config: &TaskConfig, token: usize) -> String {
         if token == START as usize {
             "<s>".to_string()
         } else if token <= DIGIT_WORDS.len() {

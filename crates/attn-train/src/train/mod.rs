@@ -141,7 +141,7 @@ pub fn run_on(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Mutex;
 
     use attn_testing::{TestDevice, for_each_device};
@@ -151,7 +151,7 @@ mod tests {
     use crate::tasks::{TaskConfig, TaskKind};
 
     /// burn's random generator is global per backend: training runs take turns.
-    pub(super) static TRAINING: Mutex<()> = Mutex::new(());
+    pub(crate) static TRAINING: Mutex<()> = Mutex::new(());
 
     pub(super) fn tiny(d: &TestDevice, kind: TaskKind, steps: usize) -> TrainConfig {
         let mut c = TrainConfig {
@@ -161,6 +161,7 @@ mod tests {
                 vocab: 3,
                 min_distance: 1,
                 digits: 2,
+                ..TaskConfig::default()
             },
             ..TrainConfig::default()
         };

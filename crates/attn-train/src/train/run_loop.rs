@@ -25,6 +25,8 @@ use crate::progress::Progress;
 use crate::random;
 use crate::run_dir::RunDir;
 use crate::tasks::Batch;
+use crate::text::{Continuation, SAMPLES_FILE, TextData, continue_text};
+use attn_model::Sampling;
 
 /// Trains one replica of the model on each of `devices` (without autodiff; the loop adds it),
 /// every update through [`update_data_parallel`]: the first device holds the model, the
@@ -46,10 +48,9 @@ pub fn run_data_parallel(
     let device = check(config, &devices, options)?;
     let replica_devices: Vec<Device> = devices.iter().map(|d| d.clone().autodiff()).collect();
     let started = Instant::now();
-    let task = &config.task;
     let train_device = replica_devices[0].clone(); // holds the model and the optimizer
-    let loss_fn = loss_function(task, &device);
     let Start {
+        config,
         mut model,
         mut optim,
         mut scheduler,
@@ -60,6 +61,9 @@ pub fn run_data_parallel(
         run_dir,
     } = start(config, &train_device, options)?;
     let train_seconds_before = state.train_seconds;
+    let config = &config;
+    let task = &config.task;
+    let loss_fn = loss_function(task, &device);
 
     let eval_set = eval_set(config);
     let end = options
@@ -120,6 +124,13 @@ pub fn run_data_parallel(
             state.wall_seconds = wall_before + started.elapsed().as_secs_f64();
             if due.log {
                 log_evaluation(&mut state, &mut log, lr, metrics, &progress, &run_dir)?;
+                if let Some(data) = &task.text.loaded {
+                    let sample = sample_text(&model.valid(), &data.0, config, state.step, &device)?;
+                    progress.sample(state.step, &sample);
+                    if let Some(dir) = &run_dir {
+                        append_sample(dir, state.step, &sample)?;
+                    }
+                }
             }
         }
         if let Some(dir) = &run_dir
@@ -223,6 +234,54 @@ fn train_step(
             },
         )
     }
+}
+
+/// Tokens of the sample written at each evaluation of a `text` run.
+pub const SAMPLE_TOKENS: usize = 200;
+
+/// The `text` task's sample after `step` steps: [`SAMPLE_TOKENS`] tokens written by `model` after
+/// a line break (or, where the tokenizer has none, the validation split's first token),
+/// sampled as nanoGPT's `sample.py` samples (temperature 0.8, the 200 most likely tokens).
+fn sample_text(
+    model: &Model,
+    data: &TextData,
+    config: &TrainConfig,
+    step: usize,
+    device: &Device,
+) -> Result<String, TrainError> {
+    let Model::Decoder(decoder) = model else {
+        return Err(TrainError::Config("the text task trains a decoder".into()));
+    };
+    let tokenizer = &data.tokenizer;
+    let prompt = match tokenizer.encode("\n")?.as_slice() {
+        [id] if tokenizer.token_name(*id as usize) == "\n" => vec![*id],
+        _ => vec![data.validation.get(0)],
+    };
+    let how = Continuation {
+        new_tokens: SAMPLE_TOKENS,
+        window: config.task.seq_len,
+        sampling: Sampling::Sample {
+            temperature: 0.8,
+            top_k: Some(200),
+            top_p: None,
+        },
+        seed: config.seed.wrapping_add(step as u64),
+    };
+    let ids = continue_text(decoder, &prompt, &how, device, |_| Ok(()))?;
+    Ok(tokenizer.decode(&ids)?)
+}
+
+/// Appends the sample of `step` to the run folder's `samples.txt`.
+fn append_sample(dir: &RunDir, step: usize, sample: &str) -> Result<(), TrainError> {
+    use std::io::Write;
+    let path = dir.claim(SAMPLES_FILE)?;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| TrainError::io("opening", &path, e))?;
+    writeln!(file, "--- step {step} ---\n{sample}\n")
+        .map_err(|e| TrainError::io("writing", &path, e))
 }
 
 /// Adds the row of an evaluation after `state.step` steps to `log` (and `metrics.csv`), with
@@ -490,6 +549,7 @@ mod tests {
                 vocab,
                 min_distance,
                 digits,
+                ..TaskConfig::default()
             };
             let (n_heads, half_d_head, d_model, n_layers, d_ff, dropout, pos, table, flags) = model;
             let (post, gelu, final_norm, scale_embedding) = flags;

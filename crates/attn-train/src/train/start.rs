@@ -18,6 +18,8 @@ use crate::schedule::Scheduler;
 
 /// Where a run starts: afresh, or from the newest checkpoint of its folder.
 pub(super) struct Start {
+    /// The run's configuration, with the `text` task's text loaded.
+    pub config: TrainConfig,
     pub model: Model,
     pub optim: ModuleOptimizer,
     pub scheduler: Scheduler,
@@ -28,17 +30,25 @@ pub(super) struct Start {
     pub run_dir: Option<RunDir>,
 }
 
-/// Builds the model, optimizer and scheduler, then loads the newest checkpoint into them when
-/// resuming, and prepares the run folder (cleared for a fresh run) with `config.json` in it.
+/// Prepares the run folder (cleared for a fresh run), loads the `text` task's text, builds the
+/// model, optimizer and scheduler, then loads the newest checkpoint into them when resuming,
+/// and writes `config.json`.
 pub(super) fn start(
     config: &TrainConfig,
     train_device: &Device,
     options: &RunOptions,
 ) -> Result<Start, TrainError> {
+    let run_dir = match &options.out {
+        None => None,
+        Some(out) if options.resume => Some(RunDir::existing(out)?),
+        Some(out) => Some(RunDir::fresh(out, options.overwrite)?),
+    };
+    let mut config = config.clone();
+    config.task.load_text(run_dir.as_ref(), options.resume)?;
     let schedule = config.schedule();
     train_device.seed(random::init_seed(config.seed));
     let mut start = Start {
-        model: Model::init(config, train_device)?,
+        model: Model::init(&config, train_device)?,
         optim: optimizer(&config.optim),
         scheduler: schedule.scheduler()?,
         state: TrainState {
@@ -57,12 +67,14 @@ pub(super) fn start(
         resumed_from: None,
         last_checkpoint: None,
         run_dir: None,
+        config,
     };
-    let Some(out) = &options.out else {
+    let Some(run_dir) = run_dir else {
         return Ok(start);
     };
-    let run_dir = if options.resume {
-        let run_dir = RunDir::existing(out)?;
+    let config = &start.config;
+    let out = run_dir.root();
+    if options.resume {
         let (path, skipped) = checkpoint::newest_intact(out)?;
         for skip in &skipped {
             eprintln!(
@@ -81,7 +93,7 @@ pub(super) fn start(
             &path,
             start.model,
             start.optim,
-            &schedule,
+            &config.schedule(),
             &config.identity(),
         )?;
         start.model = loaded.model;
@@ -89,7 +101,7 @@ pub(super) fn start(
         start.scheduler = loaded.scheduler;
         // From here on the scheduler follows this run's schedule, whatever the checkpoint's was.
         start.state = TrainState {
-            schedule,
+            schedule: config.schedule(),
             ..loaded.state
         };
         let done = start.state.step;
@@ -114,11 +126,8 @@ pub(super) fn start(
             start.log.truncate_after(start.state.step);
         }
         start.last_checkpoint = Some(path);
-        run_dir
-    } else {
-        RunDir::fresh(out, options.overwrite)?
-    };
-    run_dir.write_config(config)?;
+    }
+    run_dir.write_config(&start.config)?;
     start.run_dir = Some(run_dir);
     Ok(start)
 }

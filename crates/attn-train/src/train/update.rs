@@ -6,7 +6,7 @@ use burn::nn::loss::CrossEntropyLoss;
 use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Tensor};
 
-use crate::adam::FusedAdam;
+use crate::adam::{FusedAdam, MatrixDecayAdamW};
 use crate::clip::clip_global_norm;
 use crate::config::{OptimConfig, OptimizerKind};
 use crate::error::TrainError;
@@ -249,8 +249,8 @@ fn scored_positions(loss_fn: &CrossEntropyLoss, batch: &Batch) -> usize {
         .count()
 }
 
-/// Adam ([`FusedAdam`]: burn's, with its step as one pass on flex) or burn's AdamW from the
-/// configuration. Clipping is done by [`clip_global_norm`] before the step (in [`update`]), not
+/// Adam ([`FusedAdam`]: burn's, with its step as one pass on flex) or burn's AdamW with weight
+/// decay on matrices only ([`MatrixDecayAdamW`]) from the configuration. Clipping is done by [`clip_global_norm`] before the step (in [`update`]), not
 /// by burn's per-parameter clipping.
 pub fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
     match o.kind {
@@ -260,11 +260,12 @@ pub fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
             o.epsilon,
             (o.weight_decay > 0.0).then_some(o.weight_decay as f32),
         )),
-        OptimizerKind::Adamw => AdamWConfig::new()
-            .with_beta_1(o.beta_1)
-            .with_beta_2(o.beta_2)
-            .with_epsilon(o.epsilon)
-            .with_weight_decay(o.weight_decay as f32)
-            .init(),
+        OptimizerKind::Adamw => ModuleOptimizer::from(MatrixDecayAdamW::new(
+            &AdamWConfig::new()
+                .with_beta_1(o.beta_1)
+                .with_beta_2(o.beta_2)
+                .with_epsilon(o.epsilon)
+                .with_weight_decay(o.weight_decay as f32),
+        )),
     }
 }
