@@ -9,8 +9,9 @@
 //! BERT folder         its tokenizer.json, [CLS] [SEP] self-attention
 //! ```
 //!
-//! A translate run's page shows the answer the model writes greedily from the prompt, so its
-//! decoder and cross-attention views are those of its own generation.
+//! A translate run's page shows the decoder writing its own greedy answer: its queries are the
+//! start token and the answer but its last token (what the decoder reads while writing), its
+//! cross-attention keys the source words.
 
 use std::path::Path;
 
@@ -90,7 +91,15 @@ pub fn from_run(
                 )?
                 .tokens()?
                 .remove(0);
-            let target: Vec<i64> = prompt.tokens.iter().chain(&answer).copied().collect();
+            // What the decoder reads while writing its answer: the start token and every
+            // answer token but the last, as in training.
+            let written = answer.len().saturating_sub(1);
+            let target: Vec<i64> = prompt
+                .tokens
+                .iter()
+                .chain(&answer[..written])
+                .copied()
+                .collect();
             let out = model.try_forward(
                 EncoderDecoderInput::new(one(&source, device), one(&target, device))
                     .with_weights(NeedWeights::PerHead),

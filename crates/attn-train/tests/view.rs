@@ -1,0 +1,160 @@
+//! `attn-train view` end to end: pages of a Hugging Face GPT-2 folder and of a trained
+//! translate run, read back from the file, and the refusal to write over a file that is not
+//! such a page.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const PROGRAM: &str = env!("CARGO_BIN_EXE_attn-train");
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("attn-train-view-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creates the test folder");
+    dir
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(PROGRAM)
+        .args(args)
+        .output()
+        .expect("the program starts")
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 temp path")
+}
+
+/// The JSON data a page holds.
+fn data(page: &Path) -> serde_json::Value {
+    let html = std::fs::read_to_string(page).expect("the page");
+    let open = r#"<script id="attn-data" type="application/json">"#;
+    let start = html.find(open).expect("the data element") + open.len();
+    let end = start + html[start..].find("</script>").expect("closed");
+    serde_json::from_str(&html[start..end]).expect("JSON")
+}
+
+#[test]
+fn a_gpt2_folder_gives_one_causal_view_of_its_tokenizers_tokens() {
+    let folder =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf/gpt2_tiny");
+    // The ids transformers' tokenizer gives this text (tokenizer_reference.json).
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(folder.join("tokenizer_reference.json")).expect("reference"),
+    )
+    .expect("JSON");
+    let text = reference["text"].as_str().expect("text");
+    let ids = reference["ids"].as_array().expect("ids").len();
+    let dir = temp_dir("gpt2");
+    let page = dir.join("gpt2.html");
+    let output = run(&[
+        "view",
+        "--model",
+        path(&folder),
+        "--text",
+        text,
+        "--out",
+        path(&page),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let data = data(&page);
+    let views = data["views"].as_array().expect("views");
+    assert_eq!(views.len(), 1);
+    let view = &views[0];
+    assert_eq!(
+        (view["layers"].as_u64(), view["heads"].as_u64()),
+        (Some(2), Some(4))
+    );
+    assert_eq!(view["queries"].as_array().map(Vec::len), Some(ids));
+    assert_eq!(view["queries"], view["keys"]);
+    assert_eq!(view["queries"][0], "A");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn a_translate_run_gives_decoder_and_cross_views_and_other_files_are_never_replaced() {
+    let dir = temp_dir("translate");
+    let out = dir.join("run");
+    let train = run(&[
+        "--task",
+        "translate",
+        "--seq-len",
+        "4",
+        "--steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--d-model",
+        "8",
+        "--n-heads",
+        "2",
+        "--n-layers",
+        "1",
+        "--d-ff",
+        "12",
+        "--eval-every",
+        "3",
+        "--eval-sequences",
+        "4",
+        "--warmup-steps",
+        "1",
+        "--quiet",
+        "--no-plots",
+        "--out",
+        path(&out),
+    ]);
+    assert!(
+        train.status.success(),
+        "{}",
+        String::from_utf8_lossy(&train.stderr)
+    );
+    let page = dir.join("translate.html");
+    let args = [
+        "view",
+        "--run",
+        path(&out),
+        "--text",
+        "three one four one",
+        "--out",
+        path(&page),
+    ];
+    let output = run(&args);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let data = data(&page);
+    let names: Vec<&str> = data["views"]
+        .as_array()
+        .expect("views")
+        .iter()
+        .map(|v| v["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(names, ["decoder", "cross"]);
+    let cross = &data["views"][1];
+    // The cross view's keys are the source words; its queries what the decoder reads while it
+    // writes the 4 digits: the start token and the first 3.
+    assert_eq!(
+        cross["keys"],
+        serde_json::json!(["three", "one", "four", "one"])
+    );
+    assert_eq!(cross["queries"].as_array().map(Vec::len), Some(4));
+    assert_eq!(cross["queries"], data["views"][0]["keys"]);
+
+    // A page is written over; a file that is not one is refused and left as it was.
+    assert!(run(&args).status.success());
+    let notes = dir.join("notes.html");
+    std::fs::write(&notes, "my notes").expect("writes");
+    let mut args = args;
+    args[6] = path(&notes);
+    let refused = run(&args);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is not an explorer page"));
+    assert_eq!(std::fs::read_to_string(&notes).expect("notes"), "my notes");
+    std::fs::remove_dir_all(dir).ok();
+}
