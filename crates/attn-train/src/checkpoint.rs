@@ -239,6 +239,16 @@ pub fn candidates(out: &Path) -> Result<Vec<(usize, PathBuf)>, TrainError> {
 ///
 /// [`TrainError::CorruptCheckpoint`] naming the first file that does not match.
 pub fn verify(dir: &Path) -> Result<usize, TrainError> {
+    verify_files(dir, &FILES[..4])
+}
+
+/// As [`verify`], for `files` of the checkpoint only (and `state.json`'s step): what generation
+/// needs is the model's weights, not the optimizer's state.
+///
+/// # Errors
+///
+/// As [`verify`].
+pub fn verify_files(dir: &Path, files: &[&str]) -> Result<usize, TrainError> {
     let corrupt = |path: &Path, reason: String| TrainError::CorruptCheckpoint {
         path: path.to_path_buf(),
         reason,
@@ -248,7 +258,7 @@ pub fn verify(dir: &Path) -> Result<usize, TrainError> {
         .map_err(|e| corrupt(&manifest_path, format!("cannot read it: {e}")))?;
     let manifest: CheckpointManifest = serde_json::from_str(&text)
         .map_err(|e| corrupt(&manifest_path, format!("bad JSON: {e}")))?;
-    for file in &FILES[..4] {
+    for file in files {
         let path = dir.join(file);
         let Some(expected) = manifest.files.iter().find(|r| r.name == *file) else {
             return Err(corrupt(&manifest_path, format!("it does not list {file}")));
@@ -314,9 +324,23 @@ pub struct Skipped {
 /// [`TrainError::NoCheckpoint`] when there is none at all, [`TrainError::CorruptCheckpoint`]
 /// (the newest one's fault, and how many were tried) when none is intact.
 pub fn newest_intact(out: &Path) -> Result<(PathBuf, Vec<Skipped>), TrainError> {
+    newest_with(out, &FILES[..4])
+}
+
+/// The newest checkpoint under `out` whose weights are intact (its optimizer's state may not
+/// be), with the newer ones whose weights are not: what generation and the explorer load.
+///
+/// # Errors
+///
+/// As [`newest_intact`].
+pub fn newest_weights(out: &Path) -> Result<(PathBuf, Vec<Skipped>), TrainError> {
+    newest_with(out, &[MODEL_FILE])
+}
+
+fn newest_with(out: &Path, files: &[&str]) -> Result<(PathBuf, Vec<Skipped>), TrainError> {
     let mut skipped = Vec::new();
     for (_, path) in candidates(out)? {
-        match verify(&path) {
+        match verify_files(&path, files) {
             Ok(_) => return Ok((path, skipped)),
             Err(error) => skipped.push(Skipped { path, error }),
         }
@@ -450,6 +474,27 @@ pub fn load(
         state,
         path: dir.to_path_buf(),
     })
+}
+
+/// The newest checkpoint of `out` whose weights are intact ([`newest_weights`]), saying on
+/// stderr which newer ones were passed over and why: what generation and the explorer load.
+///
+/// # Errors
+///
+/// [`TrainError::NoCheckpoint`] when `out` has none, and as [`newest_intact`].
+pub fn weights_to_use(out: &Path) -> Result<PathBuf, TrainError> {
+    let (path, skipped) = newest_weights(out)?;
+    for skip in &skipped {
+        eprintln!(
+            "skipping checkpoint {}: {}",
+            skip.path.display(),
+            skip.error
+        );
+    }
+    if !skipped.is_empty() {
+        eprintln!("using {}, the newest with intact weights", path.display());
+    }
+    Ok(path)
 }
 
 /// Loads the weights of the checkpoint in `dir` into a freshly built `model` of the run `run`

@@ -102,8 +102,7 @@ pub fn generate(
     // A data-parallel run names several devices; its model lived on the first.
     let run_device = config.device.split(',').next().unwrap_or_default().trim();
     let device = crate::backend::device(request.device.as_deref().unwrap_or(run_device))?;
-    let path =
-        checkpoint::latest(dir)?.ok_or_else(|| TrainError::NoCheckpoint { path: dir.clone() })?;
+    let path = checkpoint::weights_to_use(dir)?;
     let model = checkpoint::load_model(&path, Model::init(&config, &device)?)?;
     if request.max_new_tokens == Some(0) {
         return Err(TrainError::Config(

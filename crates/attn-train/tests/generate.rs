@@ -168,3 +168,75 @@ fn generate_translates_digit_words_from_a_trained_translate_run() {
     );
     std::fs::remove_dir_all(out).expect("cleanup");
 }
+
+#[test]
+fn generate_needs_only_the_weights_and_says_which_checkpoint_it_falls_back_to() {
+    let out = temp_out("fallback");
+    let dir = out.to_str().expect("UTF-8");
+    let output = run(&[
+        "--task",
+        "add",
+        "--digits",
+        "2",
+        "--steps",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--batch-size",
+        "4",
+        "--d-model",
+        "8",
+        "--n-heads",
+        "2",
+        "--n-layers",
+        "1",
+        "--d-ff",
+        "12",
+        "--eval-every",
+        "2",
+        "--eval-sequences",
+        "4",
+        "--warmup-steps",
+        "1",
+        "--quiet",
+        "--no-plots",
+        "--out",
+        dir,
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let newest = out.join("checkpoints/step-000004");
+    let generate = || run(&["generate", "--run", dir, "--prompt", "12+34="]);
+
+    // Without the optimizer's state the newest checkpoint still generates, without a word.
+    std::fs::remove_file(newest.join("optimizer.bpk")).expect("removes");
+    let output = generate();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "");
+
+    // With its weights damaged, the older checkpoint is used, and the program says so.
+    let model = newest.join("model.bpk");
+    let mut bytes = std::fs::read(&model).expect("reads");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&model, bytes).expect("writes");
+    let output = generate();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("skipping checkpoint") && stderr.contains("step-000004"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("using") && stderr.contains("step-000002"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(out).expect("cleanup");
+}

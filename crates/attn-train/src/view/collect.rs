@@ -45,8 +45,7 @@ pub fn from_run(
 ) -> Result<(String, Vec<AttentionView>), TrainError> {
     let config = run_dir::read_config(dir)?;
     let task = &config.task;
-    let path =
-        checkpoint::latest(dir)?.ok_or_else(|| TrainError::NoCheckpoint { path: dir.into() })?;
+    let path = checkpoint::weights_to_use(dir)?;
     let model = checkpoint::load_model(&path, Model::init(&config, device)?)?;
     let title = format!(
         "{} run {}, checkpoint {}: {text:?}",
