@@ -502,11 +502,12 @@ pub fn weights_to_use(out: &Path) -> Result<PathBuf, TrainError> {
 ///
 /// # Errors
 ///
-/// [`TrainError::CorruptCheckpoint`] when the file is missing or unreadable,
-/// [`TrainError::CheckpointMismatch`] when the weights do not fit the model.
+/// [`TrainError::CorruptCheckpoint`] when the file is missing or unreadable, or holds a weight
+/// that is NaN or infinite, [`TrainError::CheckpointMismatch`] when the weights do not fit the
+/// model.
 pub fn load_model(dir: &Path, model: Model) -> Result<Model, TrainError> {
     let model_path = dir.join(MODEL_FILE);
-    model.try_load_file(&model_path).map_err(|e| match e {
+    let model = model.try_load_file(&model_path).map_err(|e| match e {
         RecordError::Validation(reason) => TrainError::CheckpointMismatch {
             path: model_path.clone(),
             differences: format!("its weights do not fit this model ({reason})"),
@@ -515,7 +516,52 @@ pub fn load_model(dir: &Path, model: Model) -> Result<Model, TrainError> {
             path: model_path.clone(),
             reason,
         },
-    })
+    })?;
+    let mut count = NonFinite::default();
+    model.visit(&mut count);
+    if count.bad > 0 {
+        return Err(TrainError::CorruptCheckpoint {
+            path: model_path,
+            reason: format!(
+                "{} of its {} weights are NaN or infinite (the first in {}); a model that \
+                 held them could only write NaN",
+                count.bad,
+                count.total,
+                count.first.unwrap_or_default()
+            ),
+        });
+    }
+    Ok(model)
+}
+
+/// Counts the weights that are NaN or infinite, and names the first parameter holding one.
+#[derive(Default)]
+struct NonFinite {
+    bad: usize,
+    total: usize,
+    first: Option<String>,
+}
+
+impl burn::module::ModuleVisitor for NonFinite {
+    fn visit_float<const D: usize>(
+        &mut self,
+        param: &burn::module::Param<burn::tensor::Tensor<D>>,
+    ) {
+        let weights = param.val();
+        let dims = weights.dims();
+        self.total += dims.iter().product::<usize>();
+        let bad = weights
+            .is_finite()
+            .bool_not()
+            .int()
+            .sum()
+            .into_scalar::<i64>();
+        if bad > 0 {
+            self.bad += bad as usize;
+            self.first
+                .get_or_insert_with(|| format!("the parameter of shape {dims:?}"));
+        }
+    }
 }
 
 /// Replaces `path` with `bytes` through a temporary file and a rename.

@@ -137,6 +137,40 @@ mod tests {
     use attn_testing::for_each_device;
 
     use super::super::tests::{TRAINING, quiet, temp_out, tiny};
+
+    use burn::module::{Module, ModuleMapper, Param};
+    use burn::tensor::Tensor;
+    use sha2::{Digest, Sha256};
+
+    use crate::model::Model;
+
+    /// Sets every weight to NaN.
+    struct Poison;
+
+    impl ModuleMapper for Poison {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            param.map(|weights| weights.mul_scalar(f32::NAN))
+        }
+    }
+
+    /// Recomputes the size and SHA-256 of every file a checkpoint's manifest lists, as a
+    /// deliberate forger would.
+    fn rehash(dir: &std::path::Path) {
+        let path = dir.join("manifest.json");
+        let mut manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("manifest")).expect("JSON");
+        for file in manifest["files"].as_array_mut().expect("files") {
+            let name = file["name"].as_str().expect("a name").to_string();
+            let bytes = std::fs::read(dir.join(&name)).expect("the file");
+            let digest: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            file["size"] = bytes.len().into();
+            file["sha256"] = digest.into();
+        }
+        std::fs::write(&path, manifest.to_string()).expect("writes the manifest");
+    }
     use super::super::{RunOptions, run_on};
     use crate::checkpoint;
     use crate::error::TrainError;
@@ -206,6 +240,25 @@ mod tests {
             let err = run_on(&config, d.device.clone(), &resume).expect_err("corrupt model file");
             assert!(matches!(err, TrainError::CorruptCheckpoint { .. }), "{err}");
             assert!(err.to_string().contains("model.bpk"), "{err}");
+
+            // A checkpoint whose weights are NaN, with its hashes recomputed: refused at load,
+            // never trained on (a NaN that an update turned back into numbers would hide it).
+            std::fs::remove_dir_all(&out).expect("cleanup");
+            run_on(&config, d.device.clone(), &quiet(Some(out.clone()))).expect("trains");
+            let dir = checkpoint::latest(&out)
+                .expect("readable")
+                .expect("a checkpoint");
+            let model =
+                checkpoint::load_model(&dir, Model::init(&config, &d.device).expect("valid"))
+                    .expect("loads");
+            let poisoned = model.map(&mut Poison);
+            let record_path = dir.join("model.bpk");
+            poisoned.save_file(&record_path).expect("saves");
+            rehash(&dir);
+            checkpoint::verify(&dir).expect("the hashes match the poisoned weights");
+            let err = run_on(&config, d.device.clone(), &resume).expect_err("NaN weights");
+            assert!(matches!(err, TrainError::CorruptCheckpoint { .. }), "{err}");
+            assert!(err.to_string().contains("are NaN or infinite"), "{err}");
 
             let empty = temp_out("empty", d.name);
             let resume_empty = RunOptions {
