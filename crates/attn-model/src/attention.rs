@@ -8,8 +8,9 @@
 //!
 //! Beyond the paper: cross-attention to a context of its own width (`d_context`),
 //! grouped-query attention (`n_kv_heads < n_heads` key/value heads, each shared by a group of
-//! query heads), a bias switch per projection, rotary or ALiBi positions applied inside
-//! attention, and dropout on the weights after softmax (as in tensor2tensor and PyTorch; the
+//! query heads), heads of a width of their own (`head_dim`, so that `n_heads · d_head` may
+//! differ from `d_model`), RMSNorm on each head's queries and keys (Qwen3), a bias switch per
+//! projection, rotary or ALiBi positions applied inside attention, and dropout on the weights after softmax (as in tensor2tensor and PyTorch; the
 //! paper only drops sub-layer outputs).
 
 use attn_core::{
@@ -19,10 +20,10 @@ use attn_core::{
 use attn_pos::{AlibiForm, PositionalScheme, RotaryEncoding, alibi_bias};
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig};
+use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig, RmsNorm, RmsNormConfig};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::error::{ModelError, check_dropout, check_heads, check_nonzero};
+use crate::error::{ModelError, check_dropout, check_epsilon, check_heads, check_nonzero};
 use crate::project::project;
 
 /// Configuration of [`MultiHeadAttention`].
@@ -39,8 +40,14 @@ use crate::project::project;
 pub struct MultiHeadAttentionConfig {
     /// Width of the queries and of the output.
     pub d_model: usize,
-    /// Number of query heads; `d_head = d_model / n_heads`.
+    /// Number of query heads; `d_head = d_model / n_heads` unless `head_dim` says otherwise.
     pub n_heads: usize,
+    /// Width of each head when it is not `d_model / n_heads` (Qwen3, Gemma): queries are
+    /// projected to `n_heads · head_dim` and the output projection reads that many features.
+    pub head_dim: Option<usize>,
+    /// RMSNorm with this epsilon over each head's queries and keys, before positions are
+    /// applied (Qwen3's `q_norm`, `k_norm`); `None` means none.
+    pub qk_norm: Option<f64>,
     /// Number of key/value heads for grouped-query attention; `None` means `n_heads`
     /// (plain multi-head attention), `Some(1)` is multi-query attention.
     pub n_kv_heads: Option<usize>,
@@ -72,9 +79,10 @@ pub struct MultiHeadAttentionConfig {
 }
 
 impl MultiHeadAttentionConfig {
-    /// Width of one head, `d_model / n_heads` (0 when `n_heads` is 0).
+    /// Width of one head: `head_dim`, else `d_model / n_heads` (0 when `n_heads` is 0).
     pub fn d_head(&self) -> usize {
-        self.d_model.checked_div(self.n_heads).unwrap_or(0)
+        self.head_dim
+            .unwrap_or_else(|| self.d_model.checked_div(self.n_heads).unwrap_or(0))
     }
 
     /// Number of key/value heads actually used.
@@ -96,7 +104,17 @@ impl MultiHeadAttentionConfig {
     /// [`ModelError::SchemeNotInAttention`] for a sinusoidal or learned scheme, and
     /// [`ModelError::Positional`] when the rotary scheme cannot rotate `d_head`.
     pub fn validate(&self) -> Result<(), ModelError> {
-        check_heads(self.d_model, self.n_heads)?;
+        match self.head_dim {
+            None => check_heads(self.d_model, self.n_heads)?,
+            Some(head_dim) => {
+                check_nonzero("n_heads", self.n_heads)?;
+                check_nonzero("head_dim", head_dim)?;
+                check_nonzero("d_model", self.d_model)?;
+            }
+        }
+        if let Some(epsilon) = self.qk_norm {
+            check_epsilon(epsilon)?;
+        }
         let n_kv_heads = self.kv_heads();
         if n_kv_heads == 0 || !self.n_heads.is_multiple_of(n_kv_heads) {
             return Err(ModelError::KvHeadsDoNotDivide {
@@ -122,11 +140,19 @@ impl MultiHeadAttentionConfig {
                 .with_bias(bias)
                 .init(device)
         };
+        let d_q = self.n_heads * d_head;
+        let head_norm = |epsilon| {
+            RmsNormConfig::new(d_head)
+                .with_epsilon(epsilon)
+                .init(device)
+        };
         Ok(MultiHeadAttention {
-            w_q: linear(self.d_model, self.d_model, self.bias_q),
+            w_q: linear(self.d_model, d_q, self.bias_q),
             w_k: linear(self.context_width(), d_kv, self.bias_k),
             w_v: linear(self.context_width(), d_kv, self.bias_v),
-            w_o: linear(self.d_model, self.d_model, self.bias_o),
+            w_o: linear(d_q, self.d_model, self.bias_o),
+            q_norm: self.qk_norm.map(head_norm),
+            k_norm: self.qk_norm.map(head_norm),
             dropout: DropoutConfig::new(self.dropout).init(),
             n_heads: self.n_heads,
             n_kv_heads: self.kv_heads(),
@@ -139,9 +165,16 @@ impl MultiHeadAttentionConfig {
     fn position(&self) -> Result<AttentionPosition, ModelError> {
         match &self.pos {
             PositionalScheme::None => Ok(AttentionPosition::None),
-            PositionalScheme::Rotary { theta, pairing } => Ok(AttentionPosition::Rotary(
-                RotaryEncoding::new(self.d_head(), *theta, *pairing)?,
-            )),
+            PositionalScheme::Rotary {
+                theta,
+                pairing,
+                scaling,
+            } => Ok(AttentionPosition::Rotary(RotaryEncoding::scaled(
+                self.d_head(),
+                *theta,
+                *pairing,
+                *scaling,
+            )?)),
             PositionalScheme::Alibi { form } => Ok(AttentionPosition::Alibi(*form)),
             PositionalScheme::Sinusoidal { .. } => Err(ModelError::SchemeNotInAttention {
                 scheme: "sinusoidal",
@@ -263,14 +296,18 @@ pub struct MhaOutput {
 /// (`Linear` weights `[d_input, d_output]`); see [`crate::pytorch`] to set them from PyTorch.
 #[derive(Module, Debug)]
 pub struct MultiHeadAttention {
-    /// `W_Q`: `d_model → d_model`.
+    /// `W_Q`: `d_model → n_heads · d_head`.
     pub(crate) w_q: Linear,
     /// `W_K`: `d_context → n_kv_heads · d_head`.
     pub(crate) w_k: Linear,
     /// `W_V`: `d_context → n_kv_heads · d_head`.
     pub(crate) w_v: Linear,
-    /// `W_O`: `d_model → d_model`.
+    /// `W_O`: `n_heads · d_head → d_model`.
     pub(crate) w_o: Linear,
+    /// RMSNorm over each head's queries (Qwen3's `q_norm`), `[d_head]`.
+    pub(crate) q_norm: Option<RmsNorm>,
+    /// RMSNorm over each head's keys (Qwen3's `k_norm`), `[d_head]`.
+    pub(crate) k_norm: Option<RmsNorm>,
     /// Dropout on the weights after softmax; its probability is handed to `attn-core`, which
     /// applies it only on an autodiff device.
     dropout: Dropout,
@@ -302,10 +339,8 @@ impl MultiHeadAttention {
         let [_, seq_len_kv, _] = context.dims();
         self.check_shapes(&input, &context)?;
 
-        let q = project_heads(&self.w_q, input.query.clone(), self.n_heads); // [batch, n_heads, seq_len_q, d_head]
-        let k = project_heads(&self.w_k, context.clone(), self.n_kv_heads); // [batch, n_kv_heads, seq_len_kv, d_head]
-        let v = project_heads(&self.w_v, context, self.n_kv_heads); // [batch, n_kv_heads, seq_len_kv, d_head]
-        let (q, k) = self.rotate(q, k);
+        let q = self.queries(input.query.clone(), 0); // [batch, n_heads, seq_len_q, d_head]
+        let (k, v) = self.keys_values(context, 0); // [batch, n_kv_heads, seq_len_kv, d_head]
         let options = self.options(&input, [batch, seq_len_q, seq_len_kv], &q.device());
         let attended = try_scaled_dot_product_attention(q, k, v, &options)?;
         let output = project(&self.w_o, merge_heads(attended.context)); // [batch, seq_len_q, d_model]
@@ -341,12 +376,12 @@ impl MultiHeadAttention {
 
     /// Width of the queries and the output.
     pub fn d_model(&self) -> usize {
-        self.w_q.weight.shape().dims::<2>()[0]
+        self.w_q.weight.lazy_shape().dims::<2>()[0]
     }
 
     /// Width of the context keys and values are projected from.
     pub fn d_context(&self) -> usize {
-        self.w_k.weight.shape().dims::<2>()[0]
+        self.w_k.weight.lazy_shape().dims::<2>()[0]
     }
 
     /// Queries split into heads, rotated as positions `offset..offset + seq_len` when the
@@ -357,6 +392,10 @@ impl MultiHeadAttention {
     /// - returns: `[batch, n_heads, seq_len, d_head]`
     pub(crate) fn queries(&self, x: Tensor<3>, offset: usize) -> Tensor<4> {
         let q = project_heads(&self.w_q, x, self.n_heads); // [batch, n_heads, seq_len, d_head]
+        let q = match &self.q_norm {
+            Some(norm) => norm.forward(q),
+            None => q,
+        };
         match &self.position {
             AttentionPosition::Rotary(rotary) => rotary.apply(q, offset),
             _ => q,
@@ -372,6 +411,10 @@ impl MultiHeadAttention {
     pub(crate) fn keys_values(&self, context: Tensor<3>, offset: usize) -> (Tensor<4>, Tensor<4>) {
         let k = project_heads(&self.w_k, context.clone(), self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
         let v = project_heads(&self.w_v, context, self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
+        let k = match &self.k_norm {
+            Some(norm) => norm.forward(k),
+            None => k,
+        };
         let k = match &self.position {
             AttentionPosition::Rotary(rotary) => rotary.apply(k, offset),
             _ => k,
@@ -389,7 +432,7 @@ impl MultiHeadAttention {
 
     /// Width of one head.
     pub(crate) fn d_head(&self) -> usize {
-        self.d_model() / self.n_heads
+        self.w_q.weight.lazy_shape().dims::<2>()[1] / self.n_heads
     }
 
     /// Attention over keys and values already projected (and rotated), then `W_O`: the second
@@ -425,15 +468,6 @@ impl MultiHeadAttention {
         }
         let attended = try_scaled_dot_product_attention(q, k, v, &options)?;
         Ok(project(&self.w_o, merge_heads(attended.context))) // [batch, seq_len_q, d_model]
-    }
-
-    /// Rotates queries and keys by their positions when the scheme is rotary
-    /// (Su et al. 2021): positions count from 0 in both the query and the context sequence.
-    fn rotate(&self, q: Tensor<4>, k: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
-        match &self.position {
-            AttentionPosition::Rotary(rotary) => (rotary.apply(q, 0), rotary.apply(k, 0)),
-            _ => (q, k),
-        }
     }
 
     /// Mask, ALiBi bias, causality, dropout, weights and strategy for `attn-core`.
@@ -558,7 +592,6 @@ pub(crate) fn check_shape(
 mod tests {
     use super::*;
     use attn_core::{AttentionError, repeat_kv_heads};
-    use attn_pos::RotaryPairing;
     use attn_testing::{
         ATOL, RTOL, SeededRng, assert_close_slices, assert_tensors_close, for_each_device, to_vec,
     };
@@ -901,12 +934,8 @@ mod tests {
             let mut rng = SeededRng::new(18);
             let token = rng.tensor([1, 1, D_MODEL], &d.device);
             let x = token.expand([1, SEQ_LEN, D_MODEL]);
-            let config = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS).with_pos(
-                PositionalScheme::Rotary {
-                    theta: 10_000.0,
-                    pairing: RotaryPairing::HalfSplit,
-                },
-            );
+            let config = MultiHeadAttentionConfig::new(D_MODEL, N_HEADS)
+                .with_pos(PositionalScheme::rotary_half_split());
             let weights = to_vec(self_attn(&config, x.clone()).weights.expect("weights"));
             let at = |h: usize, i: usize, j: usize| weights[(h * SEQ_LEN + i) * SEQ_LEN + j];
             for h in 0..N_HEADS {

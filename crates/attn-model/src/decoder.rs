@@ -35,7 +35,7 @@ use crate::attention::{
 use crate::cache::{KvCache, LayerKv, LayerMemory, MemoryCache, StepPlan};
 use crate::error::{ModelError, check_epsilon, check_nonzero};
 use crate::feed_forward::{Activation, FeedForward, FeedForwardConfig};
-use crate::norm::{LayerNorm, LayerNormConfig};
+use crate::norm::{Norm, NormKind};
 use crate::residual::{NormPlacement, Residual};
 
 /// Configuration of one [`DecoderBlock`].
@@ -57,6 +57,23 @@ pub struct DecoderBlockConfig {
     pub d_ff: usize,
     /// Key/value heads for grouped-query attention; `None` means `n_heads`.
     pub n_kv_heads: Option<usize>,
+    /// Width of each head when it is not `d_model / n_heads` (see
+    /// [`MultiHeadAttentionConfig::head_dim`]).
+    pub head_dim: Option<usize>,
+    /// RMSNorm with this epsilon on each head's queries and keys (Qwen3); `None` means none.
+    pub qk_norm: Option<f64>,
+    /// Whether the query, key and value projections have biases (Qwen2: yes; Llama: no).
+    #[config(default = true)]
+    pub bias_qkv: bool,
+    /// Whether the attention output projection and the feed-forward layers have biases.
+    #[config(default = true)]
+    pub bias_out: bool,
+    /// Whether the feed-forward network is gated (SwiGLU with [`Activation::Silu`]).
+    #[config(default = false)]
+    pub gated: bool,
+    /// LayerNorm, or RMSNorm (Llama, Qwen, Mistral).
+    #[config(default = "NormKind::Layer")]
+    pub norm_kind: NormKind,
     /// Whether the block attends to an encoder's output (PyTorch's `multihead_attn`);
     /// decoder-only language models have no cross-attention.
     #[config(default = true)]
@@ -73,7 +90,7 @@ pub struct DecoderBlockConfig {
     /// ReLU (paper) or GELU.
     #[config(default = "Activation::Relu")]
     pub activation: Activation,
-    /// LayerNorm epsilon; `1e-5` as PyTorch.
+    /// The norms' epsilon; `1e-5` as PyTorch.
     #[config(default = 1e-5)]
     pub layer_norm_eps: f64,
     /// Rotary or ALiBi positions inside self-attention (cross-attention has none: decoder and
@@ -93,6 +110,12 @@ impl DecoderBlockConfig {
     pub fn self_attention(&self) -> MultiHeadAttentionConfig {
         MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
             .with_n_kv_heads(self.n_kv_heads)
+            .with_head_dim(self.head_dim)
+            .with_qk_norm(self.qk_norm)
+            .with_bias_q(self.bias_qkv)
+            .with_bias_k(self.bias_qkv)
+            .with_bias_v(self.bias_qkv)
+            .with_bias_o(self.bias_out)
             .with_dropout(self.dropout)
             .with_pos(self.pos.clone())
             .with_strategy(self.strategy)
@@ -114,6 +137,8 @@ impl DecoderBlockConfig {
         FeedForwardConfig::new(self.d_model, self.d_ff)
             .with_activation(self.activation)
             .with_dropout(self.dropout)
+            .with_gated(self.gated)
+            .with_bias(self.bias_out)
     }
 
     /// Checks every setting without making a tensor.
@@ -139,18 +164,21 @@ impl DecoderBlockConfig {
     /// Any error of [`validate`](Self::validate).
     pub fn init(&self, device: &Device) -> Result<DecoderBlock, ModelError> {
         self.validate()?;
-        let norm = LayerNormConfig::new(self.d_model).with_epsilon(self.layer_norm_eps);
+        let norm = || {
+            self.norm_kind
+                .init(self.d_model, self.layer_norm_eps, device)
+        };
         let cross_attention = self
             .cross_attention()
             .map(|cross| cross.init(device))
             .transpose()?;
         Ok(DecoderBlock {
             self_attention: self.self_attention().init(device)?,
-            norm_self: norm.init(device),
-            norm_cross: cross_attention.as_ref().map(|_| norm.init(device)),
+            norm_self: norm(),
+            norm_cross: cross_attention.as_ref().map(|_| norm()),
             cross_attention,
             feed_forward: self.feed_forward().init(device)?,
-            norm_ff: norm.init(device),
+            norm_ff: norm(),
             residual: Residual::new(self.norm, self.dropout),
             window: self.window,
         })
@@ -259,16 +287,16 @@ pub struct DecoderWeights {
 pub struct DecoderBlock {
     /// Causal self-attention (PyTorch's `self_attn`).
     pub(crate) self_attention: MultiHeadAttention,
-    /// The LayerNorm around self-attention (PyTorch's `norm1`).
-    pub(crate) norm_self: LayerNorm,
+    /// The norm around self-attention (PyTorch's `norm1`).
+    pub(crate) norm_self: Norm,
     /// Cross-attention over the memory (PyTorch's `multihead_attn`).
     pub(crate) cross_attention: Option<MultiHeadAttention>,
-    /// The LayerNorm around cross-attention (PyTorch's `norm2`).
-    pub(crate) norm_cross: Option<LayerNorm>,
+    /// The norm around cross-attention (PyTorch's `norm2`).
+    pub(crate) norm_cross: Option<Norm>,
     /// The feed-forward network (PyTorch's `linear1`, `linear2`).
     pub(crate) feed_forward: FeedForward,
-    /// The LayerNorm around the feed-forward network (PyTorch's `norm3`).
-    pub(crate) norm_ff: LayerNorm,
+    /// The norm around the feed-forward network (PyTorch's `norm3`).
+    pub(crate) norm_ff: Norm,
     /// Residual dropout and the norms' placement.
     residual: Residual,
     #[module(skip)]
@@ -430,7 +458,7 @@ impl DecoderBlock {
     }
 
     fn device(&self) -> Device {
-        self.norm_self.gamma.val().device()
+        self.norm_self.gamma().lazy_device()
     }
 
     fn check_input(&self, x: &Tensor<3>) -> Result<(), ModelError> {
@@ -505,10 +533,11 @@ impl DecoderConfig {
         let layers = (0..self.n_layers)
             .map(|_| self.block.init(device))
             .collect::<Result<Vec<_>, _>>()?;
+        let block = &self.block;
         let norm_final = self.final_norm.then(|| {
-            LayerNormConfig::new(self.block.d_model)
-                .with_epsilon(self.block.layer_norm_eps)
-                .init(device)
+            block
+                .norm_kind
+                .init(block.d_model, block.layer_norm_eps, device)
         });
         Ok(Decoder { layers, norm_final })
     }
@@ -519,8 +548,8 @@ impl DecoderConfig {
 pub struct Decoder {
     /// The blocks, first to last (PyTorch's `layers`).
     pub(crate) layers: Vec<DecoderBlock>,
-    /// LayerNorm after the last block (PyTorch's `norm`).
-    pub(crate) norm_final: Option<LayerNorm>,
+    /// The norm after the last block (PyTorch's `norm`).
+    pub(crate) norm_final: Option<Norm>,
 }
 
 impl Decoder {
@@ -768,7 +797,7 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attn_pos::{AlibiForm, RotaryPairing};
+    use attn_pos::AlibiForm;
     use attn_testing::{
         ATOL, RTOL, SeededRng, assert_close_slices, assert_tensors_close, for_each_device, to_vec,
     };
@@ -854,10 +883,7 @@ mod tests {
         for_each_device(|d| {
             for pos in [
                 PositionalScheme::None,
-                PositionalScheme::Rotary {
-                    theta: 10_000.0,
-                    pairing: RotaryPairing::HalfSplit,
-                },
+                PositionalScheme::rotary_half_split(),
                 PositionalScheme::Alibi {
                     form: AlibiForm::Causal,
                 },

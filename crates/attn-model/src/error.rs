@@ -66,6 +66,17 @@ pub enum ModelError {
         /// The width given.
         got: usize,
     },
+    /// An attention mask that is not left padding (zeros, then ones) in some row.
+    #[error(
+        "attention_mask row {row} has a padded slot at position {position} after a real \
+         token; batches are left-padded (zeros, then ones)"
+    )]
+    NotLeftPadded {
+        /// The row.
+        row: usize,
+        /// The first padded slot after a real token.
+        position: usize,
+    },
     /// A mask or input whose shape does not match the others.
     #[error("{what} has shape {got:?}, expected {expected:?}")]
     ShapeMismatch {

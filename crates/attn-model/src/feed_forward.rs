@@ -7,13 +7,20 @@
 //! applied to every position alone. The paper uses ReLU; GELU (Hendrycks & Gimpel 2016,
 //! the exact `erf` form, PyTorch's `activation="gelu"`) is the option BERT and GPT made common,
 //! and GPT-2 uses its tanh approximation (Hugging Face's `gelu_new`).
+//!
+//! The gated form (Shazeer 2020's GLU variants; SwiGLU with SiLU: Llama, Qwen, Mistral)
+//! multiplies the activation by a second projection of the same input:
+//!
+//! ```text
+//! FFN(x) = (act(x · W_gate) ∘ (x · W_1)) · W_2
+//! ```
 
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig};
 use burn::tensor::Device;
 use burn::tensor::Tensor;
-use burn::tensor::activation::{gelu, relu};
+use burn::tensor::activation::{gelu, relu, silu};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, check_dropout, check_nonzero};
@@ -30,6 +37,8 @@ pub enum Activation {
     /// GELU's tanh approximation, `x/2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))` (GPT-2's
     /// `gelu_new`); it differs from [`Gelu`](Self::Gelu) by less than `1e-3`.
     GeluTanh,
+    /// `x · σ(x)` (SiLU, or Swish with β = 1), the gate of SwiGLU.
+    Silu,
 }
 
 impl Activation {
@@ -58,6 +67,7 @@ impl Activation {
             Activation::Relu => relu(x),
             Activation::Gelu => gelu(x),
             Activation::GeluTanh => crate::ops::gelu_tanh(x),
+            Activation::Silu => silu(x),
         }
     }
 }
@@ -75,6 +85,13 @@ pub struct FeedForwardConfig {
     /// Dropout on the hidden activations while training.
     #[config(default = 0.0)]
     pub dropout: f64,
+    /// Whether a gate `act(x · W_gate)` multiplies the expansion (SwiGLU with
+    /// [`Activation::Silu`]).
+    #[config(default = false)]
+    pub gated: bool,
+    /// Whether the projections have biases.
+    #[config(default = true)]
+    pub bias: bool,
 }
 
 impl FeedForwardConfig {
@@ -94,21 +111,30 @@ impl FeedForwardConfig {
     /// Any error of [`validate`](Self::validate).
     pub fn init(&self, device: &Device) -> Result<FeedForward, ModelError> {
         self.validate()?;
+        let linear = |d_input, d_output| {
+            LinearConfig::new(d_input, d_output)
+                .with_bias(self.bias)
+                .init(device)
+        };
         Ok(FeedForward {
-            expand: LinearConfig::new(self.d_model, self.d_ff).init(device),
-            contract: LinearConfig::new(self.d_ff, self.d_model).init(device),
+            gate: self.gated.then(|| linear(self.d_model, self.d_ff)),
+            expand: linear(self.d_model, self.d_ff),
+            contract: linear(self.d_ff, self.d_model),
             dropout: DropoutConfig::new(self.dropout).init(),
             activation: self.activation,
         })
     }
 }
 
-/// `FFN(x) = act(x · W_1 + b_1) · W_2 + b_2`, position by position.
+/// `FFN(x) = act(x · W_1 + b_1) · W_2 + b_2`, or the gated
+/// `(act(x · W_gate) ∘ (x · W_1)) · W_2`, position by position.
 #[derive(Module, Debug)]
 pub struct FeedForward {
-    /// `W_1, b_1`: `d_model → d_ff` (PyTorch's `linear1`).
+    /// `W_gate`: `d_model → d_ff`, in a gated network (Hugging Face's `gate_proj`).
+    pub(crate) gate: Option<Linear>,
+    /// `W_1, b_1`: `d_model → d_ff` (PyTorch's `linear1`, Hugging Face's `up_proj`).
     pub(crate) expand: Linear,
-    /// `W_2, b_2`: `d_ff → d_model` (PyTorch's `linear2`).
+    /// `W_2, b_2`: `d_ff → d_model` (PyTorch's `linear2`, Hugging Face's `down_proj`).
     pub(crate) contract: Linear,
     dropout: Dropout,
     #[module(skip)]
@@ -133,7 +159,12 @@ impl FeedForward {
              the layer was built for d_model {}",
             self.d_model()
         );
-        let hidden = self.activation.apply(project(&self.expand, x)); // [batch, seq_len, d_ff]
+        let hidden = match &self.gate {
+            Some(gate) => {
+                self.activation.apply(project(gate, x.clone())) * project(&self.expand, x)
+            }
+            None => self.activation.apply(project(&self.expand, x)),
+        }; // [batch, seq_len, d_ff]
         // PyTorch's TransformerEncoderLayer drops hidden units too; the paper only drops the
         // sub-layer's output (done by the block around it).
         project(&self.contract, self.dropout.forward(hidden)) // [batch, seq_len, d_model]
@@ -141,12 +172,17 @@ impl FeedForward {
 
     /// Input and output width.
     pub fn d_model(&self) -> usize {
-        self.expand.weight.shape().dims::<2>()[0]
+        self.expand.weight.lazy_shape().dims::<2>()[0]
     }
 
     /// Hidden width.
     pub fn d_ff(&self) -> usize {
-        self.expand.weight.shape().dims::<2>()[1]
+        self.expand.weight.lazy_shape().dims::<2>()[1]
+    }
+
+    /// Whether a gate multiplies the expansion.
+    pub fn is_gated(&self) -> bool {
+        self.gate.is_some()
     }
 }
 

@@ -70,6 +70,14 @@ pub struct GenerateConfig {
     /// A sequence stops after producing one of these (it is yielded, then nothing more).
     #[config(default = "Vec::new()")]
     pub stop_tokens: Vec<i64>,
+    /// The stop tokens cannot be chosen before this many new tokens (their logits are `−∞`
+    /// until then: transformers' `min_new_tokens`).
+    #[config(default = 0)]
+    pub min_new_tokens: usize,
+    /// Divides the positive logits and multiplies the negative ones of every token the
+    /// sequence already holds, prompt included (transformers' `repetition_penalty`, Keskar et
+    /// al. 2019); above 1 discourages repeats. `None` means none.
+    pub repetition_penalty: Option<f64>,
     /// Yield each step's logits, `[batch, vocab]`, with its tokens.
     #[config(default = false)]
     pub keep_logits: bool,
@@ -83,6 +91,15 @@ impl GenerateConfig {
     /// # Errors
     /// [`ModelError::InvalidSampling`] naming the setting and its value.
     pub fn validate(&self) -> Result<(), ModelError> {
+        if let Some(penalty) = self.repetition_penalty
+            && !(penalty.is_finite() && penalty > 0.0)
+        {
+            return Err(ModelError::InvalidSampling {
+                what: "repetition_penalty",
+                range: "finite and positive",
+                value: penalty,
+            });
+        }
         let Sampling::Sample {
             temperature,
             top_k,
@@ -232,6 +249,9 @@ pub struct Generation<'a> {
     next_logits: Option<Tensor<2>>,
     stopped: Vec<bool>,
     produced: usize,
+    /// Each sequence's tokens so far (padding left out), kept only for the repetition
+    /// penalty.
+    history: Option<Vec<Vec<i64>>>,
 }
 
 impl<'a> Generation<'a> {
@@ -246,6 +266,18 @@ impl<'a> Generation<'a> {
         let left_pad = check_left_pad(prompt.left_pad.as_deref(), batch, seq_len)?;
         let capacity = config.capacity.unwrap_or(seq_len + config.max_new_tokens);
         let mut cache = cache_for(batch, capacity, &left_pad)?;
+        let history = config.repetition_penalty.map(|_| {
+            let ids = prompt
+                .tokens
+                .to_data()
+                .convert::<i64>()
+                .try_to_vec::<i64>()
+                .expect("an Int tensor reads back as i64");
+            ids.chunks_exact(seq_len)
+                .zip(&left_pad)
+                .map(|(row, &pad)| row[pad..].to_vec())
+                .collect()
+        });
         let logits = source.step(prompt.tokens, &mut cache)?; // [batch, seq_len, vocab]
         let [_, _, vocab] = logits.dims();
         let last = logits.narrow(1, seq_len - 1, 1).reshape([batch, vocab]); // [batch, vocab]
@@ -257,6 +289,7 @@ impl<'a> Generation<'a> {
             next_logits: Some(last),
             stopped: vec![false; batch],
             produced: 0,
+            history,
         })
     }
 
@@ -288,8 +321,30 @@ impl<'a> Generation<'a> {
             .expect("float logits read back as f32");
         let mut tokens = Vec::with_capacity(batch);
         let mut fed = Vec::with_capacity(batch);
+        let suppress_stops = self.produced < self.config.min_new_tokens;
         for (b, row) in rows.chunks_exact(vocab).enumerate() {
-            let token = choose(row, &self.config.sampling, &mut self.rng);
+            let token = if suppress_stops || self.history.is_some() {
+                let mut row = row.to_vec();
+                if let (Some(history), Some(penalty)) =
+                    (&self.history, self.config.repetition_penalty)
+                {
+                    penalize_repeats(&mut row, &history[b], penalty as f32);
+                }
+                if suppress_stops {
+                    for &stop in &self.config.stop_tokens {
+                        if let Some(logit) = usize::try_from(stop).ok().and_then(|i| row.get_mut(i))
+                        {
+                            *logit = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+                choose(&row, &self.config.sampling, &mut self.rng)
+            } else {
+                choose(row, &self.config.sampling, &mut self.rng)
+            };
+            if let Some(history) = &mut self.history {
+                history[b].push(token);
+            }
             // A stopped sequence keeps feeding its stop token so that the batch stays aligned;
             // what it produces is never read.
             fed.push(token);
@@ -323,6 +378,24 @@ impl Iterator for Generation<'_> {
         }
         let logits = self.next_logits.take()?;
         Some(self.advance(logits))
+    }
+}
+
+/// transformers' `RepetitionPenaltyLogitsProcessor`: the logit of every token in `seen` is
+/// divided by `penalty` when positive and multiplied by it when negative, once however often
+/// the token was seen.
+fn penalize_repeats(logits: &mut [f32], seen: &[i64], penalty: f32) {
+    let mut seen = seen.to_vec();
+    seen.sort_unstable();
+    seen.dedup();
+    for token in seen {
+        if let Some(logit) = usize::try_from(token).ok().and_then(|i| logits.get_mut(i)) {
+            *logit = if *logit < 0.0 {
+                *logit * penalty
+            } else {
+                *logit / penalty
+            };
+        }
     }
 }
 
@@ -487,6 +560,14 @@ mod tests {
         }
         assert_eq!(seen[2] + seen[3], 0, "{seen:?}");
         assert!(seen[0] > seen[1] && seen[1] > 50, "{seen:?}");
+    }
+
+    #[test]
+    fn a_repetition_penalty_weighs_each_seen_token_once_as_transformers_does() {
+        // transformers: score = where(score < 0, score * p, score / p) over gathered ids.
+        let mut logits = [2.0, -1.0, 0.5, 3.0];
+        penalize_repeats(&mut logits, &[0, 1, 0, 0], 2.0);
+        assert_eq!(logits, [1.0, -2.0, 0.5, 3.0]);
     }
 
     #[test]

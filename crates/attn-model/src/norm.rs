@@ -1,3 +1,6 @@
+//! The normalisations the blocks use: LayerNorm, and RMSNorm (Zhang & Sennrich 2019: Llama,
+//! Qwen, Mistral), one [`Norm`] for a decoder block to hold either.
+//!
 //! LayerNorm as the blocks use it: burn's [`burn::nn::LayerNorm`] fields and record, computed
 //! by [`crate::ops::layer_norm`], whose backward under autodiff is one operation.
 //!
@@ -10,8 +13,9 @@
 
 use burn::config::Config;
 use burn::module::{Module, Param};
-use burn::nn::Initializer;
+use burn::nn::{Initializer, RmsNorm, RmsNormConfig};
 use burn::tensor::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
 
 /// Configuration of a [`LayerNorm`], as burn's `LayerNormConfig`.
 #[derive(Config, Debug)]
@@ -77,6 +81,79 @@ impl LayerNorm {
     /// The epsilon added to the variance.
     pub fn epsilon(&self) -> f64 {
         self.epsilon
+    }
+}
+
+/// Which normalisation a block uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NormKind {
+    /// LayerNorm: centred and scaled, `γ`, `β` (the paper, GPT-2, BERT).
+    #[default]
+    Layer,
+    /// RMSNorm: scaled by the root mean square only, `γ`, no `β`:
+    /// `y = γ ∘ x / √(mean(x²) + ε)` (Llama, Qwen, Mistral).
+    Rms,
+}
+
+impl NormKind {
+    /// A norm of this kind over `d_model` features: `γ` of ones (and `β` of zeros).
+    pub fn init(self, d_model: usize, epsilon: f64, device: &Device) -> Norm {
+        match self {
+            NormKind::Layer => Norm::Layer(
+                LayerNormConfig::new(d_model)
+                    .with_epsilon(epsilon)
+                    .init(device),
+            ),
+            NormKind::Rms => Norm::Rms(
+                RmsNormConfig::new(d_model)
+                    .with_epsilon(epsilon)
+                    .init(device),
+            ),
+        }
+    }
+}
+
+/// A decoder block's norm: [`LayerNorm`] or burn's [`RmsNorm`] (which computes in f32 whatever
+/// the input's type, as transformers' `LlamaRMSNorm` does).
+#[derive(Module, Debug)]
+pub enum Norm {
+    /// LayerNorm.
+    Layer(LayerNorm),
+    /// RMSNorm.
+    Rms(RmsNorm),
+}
+
+impl Norm {
+    /// The normalised rows of `x`, `[.., d_model]`.
+    ///
+    /// # Panics
+    /// If the last dimension of `x` is not `d_model`.
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        match self {
+            Norm::Layer(norm) => norm.forward(x),
+            Norm::Rms(norm) => norm.forward(x),
+        }
+    }
+
+    /// Which kind this is.
+    pub fn kind(&self) -> NormKind {
+        match self {
+            Norm::Layer(_) => NormKind::Layer,
+            Norm::Rms(_) => NormKind::Rms,
+        }
+    }
+
+    /// The scale `γ`.
+    pub fn gamma(&self) -> &Param<Tensor<1>> {
+        match self {
+            Norm::Layer(norm) => &norm.gamma,
+            Norm::Rms(norm) => &norm.gamma,
+        }
+    }
+
+    /// The width it normalises, read without initialising a lazy parameter.
+    pub fn d_model(&self) -> usize {
+        self.gamma().lazy_shape().dims::<1>()[0]
     }
 }
 

@@ -50,7 +50,7 @@ use crate::attention::MultiHeadAttention;
 use crate::decoder::DecoderBlock;
 use crate::encoder::{Encoder, EncoderBlock};
 use crate::error::ModelError;
-use crate::norm::LayerNorm;
+use crate::norm::{LayerNorm, Norm};
 
 /// A PyTorch `nn.Linear`'s parameters, in PyTorch's layout.
 #[derive(Clone, Debug)]
@@ -206,7 +206,7 @@ impl DecoderBlock {
     /// cross-attention.
     pub fn load_pytorch(mut self, weights: TorchDecoderLayer) -> Result<Self, ModelError> {
         self.self_attention = load_attention(self.self_attention, weights.self_attn, "self_attn.")?;
-        self.norm_self = load_norm(self.norm_self, weights.norm1, "norm1")?;
+        self.norm_self = load_block_norm(self.norm_self, weights.norm1, "norm1")?;
         match (self.cross_attention.take(), self.norm_cross.take()) {
             (Some(cross), Some(norm)) => {
                 self.cross_attention = Some(load_attention(
@@ -214,7 +214,7 @@ impl DecoderBlock {
                     weights.multihead_attn,
                     "multihead_attn.",
                 )?);
-                self.norm_cross = Some(load_norm(norm, weights.norm2, "norm2")?);
+                self.norm_cross = Some(load_block_norm(norm, weights.norm2, "norm2")?);
             }
             _ => {
                 return Err(ModelError::UnexpectedTensor {
@@ -226,7 +226,7 @@ impl DecoderBlock {
             load_linear(self.feed_forward.expand, weights.linear1, "linear1")?;
         self.feed_forward.contract =
             load_linear(self.feed_forward.contract, weights.linear2, "linear2")?;
-        self.norm_ff = load_norm(self.norm_ff, weights.norm3, "norm3")?;
+        self.norm_ff = load_block_norm(self.norm_ff, weights.norm3, "norm3")?;
         Ok(self)
     }
 
@@ -369,6 +369,12 @@ impl StateDict {
             })?
             .clone();
         Ok(Self { tensors })
+    }
+
+    /// Adds `other`'s tensors (a further shard of the same checkpoint); a name both hold
+    /// keeps `other`'s.
+    pub fn extend(&mut self, other: StateDict) {
+        self.tensors.extend(other.tensors);
     }
 
     /// How many values the tensors hold together, every tensor counted (saturating at
@@ -522,7 +528,7 @@ impl StateDict {
         block: &DecoderBlock,
         prefix: &str,
     ) -> Result<TorchDecoderLayer, ModelError> {
-        let device = block.norm_self.gamma.val().device();
+        let device = block.norm_self.gamma().lazy_device();
         let d_model = block.d_model();
         let d_ff = block.feed_forward.d_ff();
         let cross = block
@@ -653,7 +659,7 @@ pub(crate) fn load_linear(
     torch: TorchLinear,
     name: &str,
 ) -> Result<Linear, ModelError> {
-    let [d_input, d_output] = linear.weight.shape().dims();
+    let [d_input, d_output] = linear.weight.lazy_shape().dims();
     check_torch_shape(
         &format!("{name}.weight"),
         &[d_output, d_input],
@@ -679,11 +685,34 @@ pub(crate) fn load_norm(
     torch: TorchLayerNorm,
     name: &str,
 ) -> Result<LayerNorm, ModelError> {
-    let [d_model] = norm.gamma.shape().dims();
+    let [d_model] = norm.gamma.lazy_shape().dims();
     check_torch_shape(&format!("{name}.weight"), &[d_model], &torch.weight.dims())?;
     norm.gamma = replace(norm.gamma, torch.weight);
     norm.beta = load_optional(norm.beta, torch.bias, &format!("{name}.bias"), d_model)?;
     Ok(norm)
+}
+
+/// Sets a decoder block's norm: a LayerNorm's `γ` and `β`, or an RMSNorm's `γ` (a stored
+/// bias is then [`ModelError::UnexpectedTensor`]).
+pub(crate) fn load_block_norm(
+    norm: Norm,
+    torch: TorchLayerNorm,
+    name: &str,
+) -> Result<Norm, ModelError> {
+    match norm {
+        Norm::Layer(norm) => Ok(Norm::Layer(load_norm(norm, torch, name)?)),
+        Norm::Rms(mut norm) => {
+            let [d_model] = norm.gamma.lazy_shape().dims();
+            check_torch_shape(&format!("{name}.weight"), &[d_model], &torch.weight.dims())?;
+            if torch.bias.is_some() {
+                return Err(ModelError::UnexpectedTensor {
+                    name: format!("{name}.bias"),
+                });
+            }
+            norm.gamma = replace(norm.gamma, torch.weight);
+            Ok(Norm::Rms(norm))
+        }
+    }
 }
 
 /// A bias the module may or may not have, from a tensor PyTorch may or may not have.
@@ -717,18 +746,14 @@ fn check_torch_shape(name: &str, expected: &[usize], got: &[usize]) -> Result<()
 }
 
 /// A parameter with a new value on the parameter's device, keeping its id and whether it
-/// trains.
+/// trains. A parameter not yet initialised stays so until now: its random values are never
+/// drawn (burn's `transform_for_load`, what its own record loading uses).
 pub(crate) fn replace<const D: usize>(
     param: Param<Tensor<D>>,
     value: Tensor<D>,
 ) -> Param<Tensor<D>> {
-    param.map(|old| {
-        let trains = old.is_require_grad();
-        value
-            .to_device(&old.device())
-            .detach()
-            .set_require_grad(trains)
-    })
+    let id = param.id;
+    param.transform_for_load(value.detach(), id)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ModelError;
-use crate::norm::LayerNorm;
+use crate::norm::{LayerNorm, Norm};
 
 /// Where each block's LayerNorms sit relative to the residual connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -27,6 +27,25 @@ pub enum NormPlacement {
     /// `x + Sublayer(LayerNorm(x))`: trains more stably in deep stacks (Xiong et al. 2020);
     /// usually followed by a final LayerNorm after the last block.
     Pre,
+}
+
+/// The norm a residual connection applies: an encoder block's [`LayerNorm`], a decoder
+/// block's [`Norm`].
+pub(crate) trait Normalize {
+    /// The normalised rows of `x`.
+    fn normalize(&self, x: Tensor<3>) -> Tensor<3>;
+}
+
+impl Normalize for LayerNorm {
+    fn normalize(&self, x: Tensor<3>) -> Tensor<3> {
+        self.forward(x)
+    }
+}
+
+impl Normalize for Norm {
+    fn normalize(&self, x: Tensor<3>) -> Tensor<3> {
+        self.forward(x)
+    }
 }
 
 /// Residual dropout and the norm placement of one block's sub-layers.
@@ -59,16 +78,16 @@ impl Residual {
     pub(crate) fn apply<T>(
         &self,
         x: Tensor<3>,
-        norm: &LayerNorm,
+        norm: &impl Normalize,
         sublayer: impl FnOnce(Tensor<3>) -> Result<(Tensor<3>, T), ModelError>,
     ) -> Result<(Tensor<3>, T), ModelError> {
         match self.placement {
             NormPlacement::Post => {
                 let (y, extra) = sublayer(x.clone())?;
-                Ok((norm.forward(x + self.dropout.forward(y)), extra))
+                Ok((norm.normalize(x + self.dropout.forward(y)), extra))
             }
             NormPlacement::Pre => {
-                let (y, extra) = sublayer(norm.forward(x.clone()))?;
+                let (y, extra) = sublayer(norm.normalize(x.clone()))?;
                 Ok((x + self.dropout.forward(y), extra))
             }
         }

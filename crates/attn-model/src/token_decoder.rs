@@ -25,6 +25,7 @@ use crate::decoder::{Decoder, DecoderBlockConfig, DecoderConfig, DecoderInput, D
 use crate::embedding::{DrawOrder, Table, TokenEmbedding};
 use crate::error::{ModelError, check_dropout, check_nonzero};
 use crate::feed_forward::Activation;
+use crate::norm::NormKind;
 use crate::project::project;
 use crate::residual::NormPlacement;
 
@@ -79,6 +80,23 @@ pub struct TokenDecoderConfig {
     pub tie_embeddings: bool,
     /// Key/value heads for grouped-query attention; `None` means `n_heads`.
     pub n_kv_heads: Option<usize>,
+    /// Width of each head when it is not `d_model / n_heads` (see
+    /// [`DecoderBlockConfig::head_dim`]).
+    pub head_dim: Option<usize>,
+    /// RMSNorm on each head's queries and keys (see [`DecoderBlockConfig::qk_norm`]).
+    pub qk_norm: Option<f64>,
+    /// Whether the query, key and value projections have biases.
+    #[config(default = true)]
+    pub bias_qkv: bool,
+    /// Whether the attention output and feed-forward projections have biases.
+    #[config(default = true)]
+    pub bias_out: bool,
+    /// Whether the feed-forward networks are gated (SwiGLU).
+    #[config(default = false)]
+    pub gated: bool,
+    /// LayerNorm or RMSNorm, in the blocks and after the last.
+    #[config(default = "NormKind::Layer")]
+    pub norm_kind: NormKind,
     /// Sliding window of self-attention (see [`DecoderBlockConfig::window`]).
     pub window: Option<usize>,
     /// Whether the blocks attend to an encoder's output (set by
@@ -105,6 +123,12 @@ impl TokenDecoderConfig {
         };
         let block = DecoderBlockConfig::new(self.d_model, self.n_heads, self.d_ff)
             .with_n_kv_heads(self.n_kv_heads)
+            .with_head_dim(self.head_dim)
+            .with_qk_norm(self.qk_norm)
+            .with_bias_qkv(self.bias_qkv)
+            .with_bias_out(self.bias_out)
+            .with_gated(self.gated)
+            .with_norm_kind(self.norm_kind)
             .with_cross_attention(self.cross_attention)
             .with_dropout(self.dropout)
             .with_norm(self.norm)
@@ -126,7 +150,12 @@ impl TokenDecoderConfig {
         check_nonzero("vocab", self.vocab)?;
         check_dropout(self.dropout)?;
         self.decoder().validate()?;
-        Ok(self.pos.validate(self.d_model, self.n_heads)?)
+        // Rotary positions rotate heads of width head_dim, whatever d_model is.
+        let width = match self.head_dim {
+            Some(head_dim) => head_dim.saturating_mul(self.n_heads),
+            None => self.d_model,
+        };
+        Ok(self.pos.validate(width, self.n_heads)?)
     }
 
     /// Builds the model after [`validate`](Self::validate).

@@ -300,7 +300,7 @@ impl TokenEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attn_pos::{AlibiForm, RotaryPairing};
+    use attn_pos::AlibiForm;
     use attn_testing::{ATOL, RTOL, SeededRng, assert_tensors_close, for_each_device, to_vec};
     use burn::tensor::TensorData;
 
@@ -333,10 +333,7 @@ mod tests {
             PositionalScheme::None,
             PositionalScheme::Sinusoidal { base: 10_000.0 },
             PositionalScheme::Learned { max_len: 9 },
-            PositionalScheme::Rotary {
-                theta: 10_000.0,
-                pairing: RotaryPairing::Interleaved,
-            },
+            PositionalScheme::rotary(),
             PositionalScheme::Alibi {
                 form: AlibiForm::Symmetric,
             },

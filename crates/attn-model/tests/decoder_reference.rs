@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use attn_model::{
     Activation, AlibiForm, DecoderBlockConfig, DecoderInput, EncoderDecoderConfig,
     EncoderDecoderInput, GenerateConfig, ModelError, NeedWeights, NormPlacement, PositionalScheme,
-    Prompt, RotaryPairing, Sampling, StateDict, TokenDecoder, TokenDecoderConfig,
-    TokenDecoderInput,
+    Prompt, Sampling, StateDict, TokenDecoder, TokenDecoderConfig, TokenDecoderInput,
 };
 use attn_testing::{
     ATOL, RTOL, RefTensor, SeededRng, assert_close, assert_tensors_close, for_each_device, to_vec,
@@ -135,14 +134,8 @@ fn schemes() -> Vec<PositionalScheme> {
         PositionalScheme::None,
         PositionalScheme::Sinusoidal { base: 10_000.0 },
         PositionalScheme::Learned { max_len: 9 },
-        PositionalScheme::Rotary {
-            theta: 10_000.0,
-            pairing: RotaryPairing::Interleaved,
-        },
-        PositionalScheme::Rotary {
-            theta: 10_000.0,
-            pairing: RotaryPairing::HalfSplit,
-        },
+        PositionalScheme::rotary(),
+        PositionalScheme::rotary_half_split(),
         PositionalScheme::Alibi {
             form: AlibiForm::Causal,
         },

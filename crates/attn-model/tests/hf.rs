@@ -6,10 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-use attn_model::hf::{Bert, BertConfig, Gpt2, Gpt2Config, read_config, read_weights};
+use attn_model::hf::{
+    Bert, BertConfig, CausalLm, GenerationDefaults, Gpt2, Gpt2Config, read_config, read_weights,
+};
 use attn_model::{ConfigError, GenerateConfig, ModelError, Prompt};
 use attn_testing::reference::hf::TOLERANCE;
-use attn_testing::reference::{BertReference, Gpt2Reference};
+use attn_testing::reference::{BertReference, CausalLmReference, Gpt2Reference};
 use attn_testing::{Closeness, RefTensor, Tolerance, for_each_device};
 use burn::tensor::{Device, Int, Tensor};
 use safetensors::tensor::TensorView;
@@ -118,6 +120,141 @@ fn gpt2_tiny_greedy_generation_through_the_cache_matches_transformers() {
         eprintln!("greedy_step_logits: largest difference {worst:e}");
         assert_eq!(tokens, expected, "greedy_ids after the prompt");
     });
+}
+
+/// The Llama-family folders, one feature each (see `tests/data/README.md`).
+const CAUSAL_LMS: [&str; 4] = ["llama_tiny", "qwen2_tiny", "qwen3_tiny", "mistral_tiny"];
+
+/// The real (unpadded) positions of a left-padded batch's logits, `[batch, seq_len, vocab]`,
+/// checked against the reference row by row.
+fn check_real_positions(logits: Tensor<3>, reference: &CausalLmReference, what: &str) -> f32 {
+    let [batch, seq_len, vocab] = logits.dims();
+    let actual = logits
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("f32");
+    let mask = &reference.batch_attention_mask.data;
+    let mut closeness = Closeness::new(TOLERANCE);
+    let mut real = 0;
+    for b in 0..batch {
+        for t in 0..seq_len {
+            if mask[b * seq_len + t] == 0.0 {
+                continue;
+            }
+            real += 1;
+            let at = (b * seq_len + t) * vocab;
+            closeness.values(
+                &actual[at..at + vocab],
+                &reference.batch_logits.data[at..at + vocab],
+            );
+        }
+    }
+    eprintln!("{what}: {real} positions, {closeness}");
+    assert!(
+        real > seq_len,
+        "{what}: the batch has real positions in both rows"
+    );
+    assert!(closeness.is_within(), "{what}: {closeness}");
+    closeness.max_abs_err()
+}
+
+#[test]
+fn llama_family_logits_of_a_left_padded_batch_match_transformers() {
+    for model in CAUSAL_LMS {
+        let reference = CausalLmReference::from_folder(&folder(model)).expect("reference.json");
+        for_each_device(|d| {
+            let lm = CausalLm::from_pretrained(folder(model), &d.device).expect("loads");
+            let logits = lm
+                .try_forward(
+                    ids(&reference.batch_ids, &d.device),
+                    Some(ids(&reference.batch_attention_mask, &d.device)),
+                )
+                .expect("inputs fit");
+            check_real_positions(logits, &reference, &format!("{model} batch_logits"));
+        });
+    }
+}
+
+#[test]
+fn llama_family_greedy_generation_through_the_cache_matches_transformers() {
+    for model in CAUSAL_LMS {
+        let reference = CausalLmReference::from_folder(&folder(model)).expect("reference.json");
+        let expected = reference.new_tokens();
+        assert_eq!(expected.len(), reference.greedy_step_logits.len());
+        for_each_device(|d| {
+            let lm = CausalLm::from_pretrained(folder(model), &d.device).expect("loads");
+            let prompt = Prompt::new(ids(&reference.prompt_ids, &d.device));
+            let config = GenerateConfig::new(expected.len()).with_keep_logits(true);
+            let mut tokens = Vec::new();
+            let mut worst = 0.0f32;
+            for (i, step) in lm
+                .generate(prompt, config)
+                .expect("prompt fits")
+                .enumerate()
+            {
+                let step = step.expect("step runs");
+                tokens.push(step.tokens[0].expect("no stop token"));
+                let expected_row = &reference.greedy_step_logits[i];
+                let logits = step
+                    .logits
+                    .expect("kept")
+                    .reshape([expected_row.data.len()]);
+                let err = check::<1>(
+                    logits,
+                    expected_row,
+                    TOLERANCE,
+                    &format!("{model} greedy_step_logits[{i}]"),
+                );
+                worst = worst.max(err);
+            }
+            eprintln!("{model} greedy_step_logits: largest difference {worst:e}");
+            assert_eq!(tokens, expected, "{model}: greedy_ids after the prompt");
+        });
+    }
+}
+
+#[test]
+fn llama_family_batched_greedy_generation_with_left_padding_matches_transformers() {
+    for model in CAUSAL_LMS {
+        let reference = CausalLmReference::from_folder(&folder(model)).expect("reference.json");
+        let [batch, seq_len] = [reference.batch_ids.shape[0], reference.batch_ids.shape[1]];
+        let total = reference.batch_greedy_ids.shape[1];
+        let left_pad: Vec<usize> = (0..batch)
+            .map(|b| {
+                reference.batch_attention_mask.data[b * seq_len..(b + 1) * seq_len]
+                    .iter()
+                    .take_while(|&&m| m == 0.0)
+                    .count()
+            })
+            .collect();
+        let eos = GenerationDefaults::from_folder(&folder(model))
+            .expect("generation_config.json")
+            .eos_token_ids;
+        for_each_device(|d| {
+            let lm = CausalLm::from_pretrained(folder(model), &d.device).expect("loads");
+            let prompt =
+                Prompt::left_padded(ids(&reference.batch_ids, &d.device), left_pad.clone());
+            // transformers generated all 12 tokens with min_new_tokens = 12: its end-of-text
+            // tokens were unavailable until then.
+            let config = GenerateConfig::new(total - seq_len)
+                .with_stop_tokens(eos.clone())
+                .with_min_new_tokens(total - seq_len);
+            let new = lm
+                .generate(prompt, config)
+                .expect("prompt fits")
+                .tokens()
+                .expect("steps run");
+            for (b, tokens) in new.iter().enumerate() {
+                let expected: Vec<i64> = reference.batch_greedy_ids.data
+                    [b * total + seq_len..(b + 1) * total]
+                    .iter()
+                    .map(|&id| id as i64)
+                    .collect();
+                assert_eq!(tokens, &expected, "{model}: sequence {b}'s greedy tokens");
+            }
+        });
+    }
 }
 
 /// A copy of `model`'s folder whose tensors went through `edit` and whose `config.json` went

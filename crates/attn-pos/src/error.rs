@@ -46,6 +46,14 @@ pub enum PosError {
         /// The theta given.
         theta: f64,
     },
+    /// A rotary frequency scaling whose factors cannot work.
+    #[error("rotary scaling: {what} cannot be {value}")]
+    InvalidScaling {
+        /// Which setting.
+        what: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// A size that must hold at least one element.
     #[error("{what} must be at least 1, got 0")]
     ZeroSize {

@@ -49,7 +49,7 @@ mod sinusoidal;
 pub use alibi::{AlibiForm, alibi_bias, alibi_slopes, try_alibi_bias};
 pub use error::PosError;
 pub use learned::{LEARNED_INIT_STD, LearnedEncoding, LearnedEncodingConfig};
-pub use rotary::{DEFAULT_THETA, RotaryEncoding, RotaryPairing};
+pub use rotary::{DEFAULT_THETA, RotaryEncoding, RotaryPairing, RotaryScaling};
 pub use scheme::PositionalScheme;
 pub use sinusoidal::{DEFAULT_BASE, SinusoidalEncoding};
 

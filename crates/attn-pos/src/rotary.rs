@@ -13,6 +13,10 @@
 //!
 //! Written as `x ⊙ cos + rotate(x) ⊙ sin`, where `rotate` sends each pair `(a, b)` to `(−b, a)`
 //! and `cos`, `sin` repeat each pair's value at both of its features.
+//!
+//! Models trained on short texts and run on long ones rescale the frequencies
+//! ([`RotaryScaling`]): all of them by one factor (`linear`, position interpolation), or, as
+//! Llama 3.1 does, only the low ones, with a smooth ramp between (`llama3`).
 
 use std::fmt;
 
@@ -44,6 +48,114 @@ impl RotaryPairing {
     }
 }
 
+/// How the frequencies `ω_j` are rescaled for contexts longer than the model was trained on:
+/// Hugging Face's `rope_type` (`rope_scaling` or `rope_parameters` in `config.json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub enum RotaryScaling {
+    /// `ω_j` as they are (`rope_type: "default"`).
+    #[default]
+    None,
+    /// Every `ω_j` divided by `factor` (`"linear"`, Chen et al. 2023's position interpolation).
+    Linear {
+        /// How many times longer the contexts are.
+        factor: f64,
+    },
+    /// Llama 3.1's scaling (`"llama3"`): wavelengths `2π / ω_j` shorter than
+    /// `original_max_position_embeddings / high_freq_factor` keep their frequency, those
+    /// longer than `original_max_position_embeddings / low_freq_factor` are divided by
+    /// `factor`, and those between blend the two linearly in
+    /// `original_max_position_embeddings / wavelength`.
+    Llama3 {
+        /// The division of the low frequencies.
+        factor: f64,
+        /// Wavelengths past `original / low_freq_factor` are low frequencies.
+        low_freq_factor: f64,
+        /// Wavelengths below `original / high_freq_factor` are high frequencies.
+        high_freq_factor: f64,
+        /// The context length the model was first trained on.
+        original_max_position_embeddings: usize,
+    },
+}
+
+impl RotaryScaling {
+    /// Whether the frequencies are left as they are.
+    pub fn is_none(&self) -> bool {
+        *self == RotaryScaling::None
+    }
+
+    /// Checks the factors, naming the one that cannot work.
+    ///
+    /// # Errors
+    /// [`PosError::InvalidScaling`] for a factor that is not finite and positive, a
+    /// `high_freq_factor` not above `low_freq_factor`, or a zero original length.
+    pub fn validate(&self) -> Result<(), PosError> {
+        let positive = |what: &'static str, value: f64| {
+            if value.is_finite() && value > 0.0 {
+                Ok(())
+            } else {
+                Err(PosError::InvalidScaling {
+                    what,
+                    value: value.to_string(),
+                })
+            }
+        };
+        match *self {
+            RotaryScaling::None => Ok(()),
+            RotaryScaling::Linear { factor } => positive("factor", factor),
+            RotaryScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                positive("factor", factor)?;
+                positive("low_freq_factor", low_freq_factor)?;
+                positive("high_freq_factor", high_freq_factor)?;
+                if high_freq_factor <= low_freq_factor {
+                    return Err(PosError::InvalidScaling {
+                        what: "high_freq_factor (it must exceed low_freq_factor)",
+                        value: format!("{high_freq_factor} <= {low_freq_factor}"),
+                    });
+                }
+                if original_max_position_embeddings == 0 {
+                    return Err(PosError::InvalidScaling {
+                        what: "original_max_position_embeddings",
+                        value: "0".into(),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The frequency that replaces `omega`, as transformers' `_compute_linear_scaling_rope_parameters`
+    /// and `_compute_llama3_parameters` compute it.
+    pub fn rescale(&self, omega: f64) -> f64 {
+        match *self {
+            RotaryScaling::None => omega,
+            RotaryScaling::Linear { factor } => omega / factor,
+            RotaryScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                let original = original_max_position_embeddings as f64;
+                let wavelength = 2.0 * std::f64::consts::PI / omega;
+                if wavelength < original / high_freq_factor {
+                    omega
+                } else if wavelength > original / low_freq_factor {
+                    omega / factor
+                } else {
+                    let smooth = (original / wavelength - low_freq_factor)
+                        / (high_freq_factor - low_freq_factor);
+                    (1.0 - smooth) * omega / factor + smooth * omega
+                }
+            }
+        }
+    }
+}
+
 /// Rotary position embedding for queries and keys, with cosines and sines cached per device.
 ///
 /// Like [`crate::SinusoidalEncoding`], it has no maximum length, holds no parameters, and
@@ -67,6 +179,7 @@ pub struct RotaryEncoding {
     d_head: usize,
     theta: f64,
     pairing: RotaryPairing,
+    scaling: RotaryScaling,
     /// Row `p` is `[cos(pω) | sin(pω)]`, each `d_head` wide and laid out by `pairing`.
     table: PositionTable,
 }
@@ -81,9 +194,25 @@ impl RotaryEncoding {
     /// [`PosError::ZeroSize`] for `d_head == 0`, [`PosError::OddDHead`] for an odd `d_head`,
     /// [`PosError::InvalidTheta`] unless `theta` is finite and greater than 1.
     pub fn new(d_head: usize, theta: f64, pairing: RotaryPairing) -> Result<Self, PosError> {
+        Self::scaled(d_head, theta, pairing, RotaryScaling::None)
+    }
+
+    /// Rotations whose frequencies `theta^(-2j / d_head)` are then rescaled by `scaling`.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new), and [`PosError::InvalidScaling`] (see
+    /// [`RotaryScaling::validate`]).
+    pub fn scaled(
+        d_head: usize,
+        theta: f64,
+        pairing: RotaryPairing,
+        scaling: RotaryScaling,
+    ) -> Result<Self, PosError> {
         validate(d_head, theta)?;
+        scaling.validate()?;
         let inv_freq: Vec<f64> = (0..d_head / 2)
-            .map(|j| theta.powf(-((2 * j) as f64) / d_head as f64))
+            .map(|j| scaling.rescale(theta.powf(-((2 * j) as f64) / d_head as f64)))
             .collect();
         let table = PositionTable::new(2 * d_head, move |pos, row| {
             let (cos, sin) = row.split_at_mut(d_head);
@@ -97,6 +226,7 @@ impl RotaryEncoding {
             d_head,
             theta,
             pairing,
+            scaling,
             table,
         })
     }
@@ -114,6 +244,11 @@ impl RotaryEncoding {
     /// Which features form each pair.
     pub fn pairing(&self) -> RotaryPairing {
         self.pairing
+    }
+
+    /// How the frequencies are rescaled.
+    pub fn scaling(&self) -> RotaryScaling {
+        self.scaling
     }
 
     /// Rotates every head of `x`, token `t` by the angles of position `offset + t`.
@@ -202,8 +337,8 @@ impl fmt::Display for RotaryEncoding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "RotaryEncoding {{d_head: {}, theta: {}, pairing: {:?}}}",
-            self.d_head, self.theta, self.pairing
+            "RotaryEncoding {{d_head: {}, theta: {}, pairing: {:?}, scaling: {:?}}}",
+            self.d_head, self.theta, self.pairing, self.scaling
         )
     }
 }

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::alibi::AlibiForm;
 use crate::error::PosError;
-use crate::rotary::{self, DEFAULT_THETA, RotaryPairing};
+use crate::rotary::{self, DEFAULT_THETA, RotaryPairing, RotaryScaling};
 use crate::sinusoidal::{self, DEFAULT_BASE};
 
 /// How a model tells its attention where each token is.
@@ -50,6 +50,9 @@ pub enum PositionalScheme {
         theta: f64,
         /// Which features form each rotated pair.
         pairing: RotaryPairing,
+        /// How the frequencies are rescaled for long contexts (absent from JSON when none).
+        #[serde(default, skip_serializing_if = "RotaryScaling::is_none")]
+        scaling: RotaryScaling,
     },
     /// Attention with linear biases.
     Alibi {
@@ -74,6 +77,7 @@ impl PositionalScheme {
         Self::Rotary {
             theta: DEFAULT_THETA,
             pairing: RotaryPairing::Interleaved,
+            scaling: RotaryScaling::None,
         }
     }
 
@@ -82,6 +86,7 @@ impl PositionalScheme {
         Self::Rotary {
             theta: DEFAULT_THETA,
             pairing: RotaryPairing::HalfSplit,
+            scaling: RotaryScaling::None,
         }
     }
 
@@ -142,13 +147,14 @@ impl PositionalScheme {
                 }
                 Ok(())
             }
-            Self::Rotary { theta, .. } => {
+            Self::Rotary { theta, scaling, .. } => {
                 if n_heads == 0 {
                     return Err(PosError::ZeroHeads);
                 }
                 if !d_model.is_multiple_of(n_heads) {
                     return Err(PosError::HeadsDoNotDivide { d_model, n_heads });
                 }
+                scaling.validate()?;
                 rotary::validate(d_model / n_heads, theta)
             }
             Self::Alibi { .. } => {
@@ -213,7 +219,8 @@ mod tests {
             PositionalScheme::rotary(),
             PositionalScheme::Rotary {
                 theta: 10_000.0,
-                pairing: RotaryPairing::Interleaved
+                pairing: RotaryPairing::Interleaved,
+                scaling: RotaryScaling::None,
             }
         );
         assert_eq!(

@@ -35,7 +35,7 @@ pub use close::{ATOL, Closeness, RTOL, Tolerance, Worst};
 pub use encoder_layer::{EncoderLayerCase, EncoderLayerFile};
 pub use error::ReferenceError;
 pub use file::{ReferenceFile, read};
-pub use hf::{BertReference, Gpt2Reference};
+pub use hf::{BertReference, CausalLmReference, ChatReference, Gpt2Reference};
 pub use mha::{AttentionWeights, MhaCase, MhaFile};
 pub use positional::PositionalFile;
 pub use sdpa::{SdpaCase, SdpaFile};

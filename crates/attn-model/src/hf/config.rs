@@ -37,7 +37,7 @@ pub fn read_config<T: DeserializeOwned>(folder: &Path) -> Result<T, ModelError> 
 
 /// The text of the regular file at `path`, refused when it is anything else or longer than
 /// `max_bytes`.
-fn read_bounded(path: &Path, max_bytes: u64) -> Result<String, String> {
+pub(crate) fn read_bounded(path: &Path, max_bytes: u64) -> Result<String, String> {
     use std::io::Read;
     let metadata = std::fs::metadata(path).map_err(|e| e.to_string())?;
     if !metadata.is_file() {

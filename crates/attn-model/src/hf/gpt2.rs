@@ -26,7 +26,7 @@ use crate::decoder::{DecoderBlock, DecoderInput};
 use crate::error::ModelError;
 use crate::generate::{GenerateConfig, Generation, Prompt};
 use crate::pytorch::{
-    StateDict, TorchLinear, TorchMultiheadAttention, load_attention, load_linear, load_norm,
+    StateDict, TorchLinear, TorchMultiheadAttention, load_attention, load_block_norm, load_linear,
     replace,
 };
 use crate::residual::NormPlacement;
@@ -134,7 +134,7 @@ impl Gpt2 {
             .norm_final
             .take()
             .expect("GPT-2's configuration has a final LayerNorm");
-        decoder.norm_final = Some(load_norm(
+        decoder.norm_final = Some(load_block_norm(
             norm,
             layer_norm(dict, &ln_f, d_model, device)?,
             &ln_f,
@@ -249,7 +249,7 @@ fn load_block(
     };
     block.self_attention = load_attention(block.self_attention, attention, &name("attn."))?;
     let ln_1 = name("ln_1");
-    block.norm_self = load_norm(
+    block.norm_self = load_block_norm(
         block.norm_self,
         layer_norm(dict, &ln_1, d_model, device)?,
         &ln_1,
@@ -267,7 +267,7 @@ fn load_block(
         &c_proj,
     )?;
     let ln_2 = name("ln_2");
-    block.norm_ff = load_norm(
+    block.norm_ff = load_block_norm(
         block.norm_ff,
         layer_norm(dict, &ln_2, d_model, device)?,
         &ln_2,

@@ -6,6 +6,10 @@
 //! - [`Gpt2`]: `GPT2LMHeadModel`, on [`TokenDecoder`](crate::TokenDecoder) (pre-norm causal
 //!   blocks, learned positions, tanh GELU, final LayerNorm `ln_f`, head tied to the token
 //!   embedding), which decodes through its [`KvCache`](crate::KvCache).
+//! - [`CausalLm`]: `LlamaForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM` and
+//!   `MistralForCausalLM` (SmolLM2, TinyLlama, Llama 3.x, Qwen2.5, Qwen3, Mistral), on the
+//!   same [`TokenDecoder`](crate::TokenDecoder) with RMSNorm, SwiGLU, half-split rotary
+//!   positions, grouped-query heads and, for Mistral, a sliding window.
 //!
 //! Files are read through burn-store ([`StateDict`]); F16, BF16 and F64 tensors become f32.
 //! Tensors are looked up by their Hugging Face names, with or without the task model's
@@ -27,14 +31,26 @@
 //! ```
 
 mod bert;
+mod chat;
 mod config;
+mod generation_config;
 mod gpt2;
+mod llama;
 
 use std::path::Path;
 
 pub use bert::{Bert, BertOutput};
+pub use chat::{
+    CHAT_MAX_BYTES, CHAT_TEMPLATE_FILE, ChatError, ChatMessage, ChatTemplate, SpecialTokens,
+    TOKENIZER_CONFIG_FILE,
+};
 pub use config::{BertConfig, CONFIG_FILE, CONFIG_MAX_BYTES, Gpt2Config, read_config};
+pub use generation_config::{GENERATION_CONFIG_FILE, GenerationDefaults};
 pub use gpt2::Gpt2;
+pub use llama::{
+    Architecture, CausalLm, LlamaConfig, LlamaForCausalLM, LlamaSettings, MistralForCausalLM,
+    Qwen2ForCausalLM, Qwen3ForCausalLM, SHARD_INDEX_FILE, read_llama_weights,
+};
 
 use crate::error::{ConfigError, ModelError};
 use crate::pytorch::{StateDict, TorchLayerNorm, TorchLinear};
