@@ -127,6 +127,37 @@ fn a_malformed_file_is_an_error_naming_the_file_and_the_fault() {
     std::fs::remove_dir_all(dir).expect("cleanup");
 }
 
+/// What a Llama-family folder is checked for.
+const LLAMA_CASES: [&str; 4] = [
+    "batch_logits",
+    "greedy_step_logits",
+    "greedy_ids",
+    "batch_greedy_ids",
+];
+
+#[test]
+fn a_folder_of_model_folders_runs_every_one() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/attn-model/tests/data");
+    let devices = vec![("flex".to_string(), Device::flex())];
+    let reports = check_dir(&data, &devices).expect("model folders run");
+    assert!(failures(&reports).is_empty(), "{:#?}", failures(&reports));
+    for model in [
+        "bert_tiny",
+        "gpt2_tiny",
+        "llama_tiny",
+        "qwen2_tiny",
+        "qwen3_tiny",
+        "mistral_tiny",
+    ] {
+        assert!(
+            reports
+                .iter()
+                .any(|r| r.file.contains(&format!("/{model}/"))),
+            "{model} was not checked"
+        );
+    }
+}
+
 #[test]
 fn hugging_face_model_folders_pass_on_every_backend() {
     let hf = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/attn-model/tests/data/hf");
@@ -140,6 +171,10 @@ fn hugging_face_model_folders_pass_on_every_backend() {
             "gpt2_tiny",
             ["batch_logits", "greedy_step_logits", "greedy_ids"].as_slice(),
         ),
+        ("llama_tiny", LLAMA_CASES.as_slice()),
+        ("qwen2_tiny", LLAMA_CASES.as_slice()),
+        ("qwen3_tiny", LLAMA_CASES.as_slice()),
+        ("mistral_tiny", LLAMA_CASES.as_slice()),
     ] {
         let reports = check_dir(&hf.join(model), &devices).expect("model folder runs");
         assert!(failures(&reports).is_empty(), "{:#?}", failures(&reports));

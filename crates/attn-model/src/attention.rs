@@ -376,12 +376,12 @@ impl MultiHeadAttention {
 
     /// Width of the queries and the output.
     pub fn d_model(&self) -> usize {
-        self.w_q.weight.lazy_shape().dims::<2>()[0]
+        self.w_q.weight.shape().dims::<2>()[0]
     }
 
     /// Width of the context keys and values are projected from.
     pub fn d_context(&self) -> usize {
-        self.w_k.weight.lazy_shape().dims::<2>()[0]
+        self.w_k.weight.shape().dims::<2>()[0]
     }
 
     /// Queries split into heads, rotated as positions `offset..offset + seq_len` when the
@@ -432,7 +432,7 @@ impl MultiHeadAttention {
 
     /// Width of one head.
     pub(crate) fn d_head(&self) -> usize {
-        self.w_q.weight.lazy_shape().dims::<2>()[1] / self.n_heads
+        self.w_q.weight.shape().dims::<2>()[1] / self.n_heads
     }
 
     /// Attention over keys and values already projected (and rotated), then `W_O`: the second

@@ -198,8 +198,9 @@ pub enum ModelError {
     /// A positional scheme refused its settings or input.
     #[error("positional encoding: {0}")]
     Positional(#[from] PosError),
-    /// A safetensors buffer that cannot be parsed (truncated, corrupt, not safetensors).
-    #[error("cannot read the safetensors state dict: {reason}")]
+    /// A weight file (safetensors, a pickled PyTorch file, a shard) that is missing or cannot
+    /// be parsed (truncated, corrupt, of another format).
+    #[error("cannot read the weights: {reason}")]
     Load {
         /// What the parser said.
         reason: String,

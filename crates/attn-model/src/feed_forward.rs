@@ -172,12 +172,12 @@ impl FeedForward {
 
     /// Input and output width.
     pub fn d_model(&self) -> usize {
-        self.expand.weight.lazy_shape().dims::<2>()[0]
+        self.expand.weight.shape().dims::<2>()[0]
     }
 
     /// Hidden width.
     pub fn d_ff(&self) -> usize {
-        self.expand.weight.lazy_shape().dims::<2>()[1]
+        self.expand.weight.shape().dims::<2>()[1]
     }
 
     /// Whether a gate multiplies the expansion.

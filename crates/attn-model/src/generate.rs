@@ -312,6 +312,12 @@ impl<'a> Generation<'a> {
         &self.cache
     }
 
+    /// The cache, to continue from later ([`TokenDecoder::generate_with_cache`]): it holds
+    /// the prompt and every new token but the last, which was chosen and never fed.
+    pub fn into_cache(self) -> KvCache {
+        self.cache
+    }
+
     fn advance(&mut self, logits: Tensor<2>) -> Result<GeneratedStep, ModelError> {
         let [batch, vocab] = logits.dims();
         let rows = logits
@@ -500,6 +506,31 @@ impl TokenDecoder {
             Source::Decoder(self),
             |batch, capacity, left_pad| self.new_cache(batch, capacity, Some(left_pad)),
             prompt.into(),
+            config,
+        )
+    }
+}
+
+impl TokenDecoder {
+    /// Generates after the tokens `cache` already holds (a conversation's earlier turns):
+    /// `tokens` go through the cache after them in one step, then one token per step.
+    ///
+    /// # Shapes
+    /// - `tokens`: `[cache.batch(), seq_len]`, at least one token
+    ///
+    /// # Errors
+    /// As [`generate`](Self::generate); [`ModelError::CacheFull`] when the cache cannot hold
+    /// them.
+    pub fn generate_with_cache(
+        &self,
+        cache: KvCache,
+        tokens: Tensor<2, Int>,
+        config: GenerateConfig,
+    ) -> Result<Generation<'_>, ModelError> {
+        Generation::start(
+            Source::Decoder(self),
+            |_, _, _| Ok(cache),
+            Prompt::new(tokens),
             config,
         )
     }

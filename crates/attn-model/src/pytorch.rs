@@ -928,8 +928,7 @@ mod tests {
         );
         let err = StateDict::from_safetensors(b"not a safetensors file").expect_err("garbage");
         assert!(
-            err.to_string()
-                .starts_with("cannot read the safetensors state dict"),
+            err.to_string().starts_with("cannot read the weights"),
             "{err}"
         );
     }

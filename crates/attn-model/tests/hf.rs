@@ -616,3 +616,93 @@ fn a_config_that_is_not_a_small_regular_file_is_refused() {
     refused("2 MiB of spaces", "2097152 bytes, more than the 1048576");
     std::fs::remove_dir_all(base).expect("cleanup");
 }
+
+#[test]
+fn llama_family_settings_this_crate_does_not_implement_are_named_with_their_values() {
+    let device = Device::flex();
+    /// A case's name, its edit of `config.json`, and what the error must say.
+    type Case = (&'static str, fn(&mut serde_json::Value), &'static str);
+    let cases: [Case; 4] = [
+        (
+            "yarn",
+            |c| c["rope_parameters"]["rope_type"] = "yarn".into(),
+            "config `rope_type` is \"yarn\"",
+        ),
+        (
+            "model-type",
+            |c| c["model_type"] = "gemma".into(),
+            "config `model_type` is \"gemma\"",
+        ),
+        (
+            "act",
+            |c| c["hidden_act"] = "gelu".into(),
+            "config `hidden_act` is \"gelu\"",
+        ),
+        (
+            "mixed-window",
+            |c| {
+                c["use_sliding_window"] = true.into();
+                c["sliding_window"] = 4.into();
+                c["layer_types"] = serde_json::json!(["sliding_attention", "full_attention"]);
+            },
+            "1 sliding and 1 full-attention layers",
+        ),
+    ];
+    for (case, edit, expected) in cases {
+        let dir = edited_folder("qwen3_tiny", case, unchanged, edit);
+        let err = CausalLm::from_pretrained(&dir, &device).expect_err(case);
+        let text = err.to_string();
+        assert!(text.contains(expected), "{case}: {text}");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}
+
+#[test]
+fn llama_family_a_missing_shard_and_a_misshapen_tensor_are_named() {
+    let device = Device::flex();
+    // A shard the index lists, gone from the folder.
+    let source = folder("mistral_tiny");
+    let dir = std::env::temp_dir().join(format!("attn-hf-{}-shard", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for entry in std::fs::read_dir(&source).expect("folder") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().expect("a name").to_owned();
+        if name != "model-00007-of-00010.safetensors" {
+            std::fs::copy(&path, dir.join(name)).expect("copy");
+        }
+    }
+    let err = CausalLm::from_pretrained(&dir, &device).expect_err("a shard is missing");
+    let text = err.to_string();
+    assert!(
+        text.contains("model-00007-of-00010.safetensors") && text.contains("lists the shard"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).expect("clean up");
+
+    // One row short of W_K: [24, 32] stored as [23, 32].
+    let dir = edited_folder(
+        "qwen3_tiny",
+        "shape",
+        |name, dtype, shape, values| {
+            if name == "model.layers.1.self_attn.k_proj.weight" {
+                Some((
+                    dtype,
+                    vec![shape[0] - 1, shape[1]],
+                    f32_bytes(&values[shape[1]..]),
+                ))
+            } else {
+                unchanged(name, dtype, shape, values)
+            }
+        },
+        |_| {},
+    );
+    let err = CausalLm::from_pretrained(&dir, &device).expect_err("misshapen");
+    let text = err.to_string();
+    assert!(
+        text.contains("model.layers.1.self_attn.k_proj.weight")
+            && text.contains("[24, 32]")
+            && text.contains("[23, 32]"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

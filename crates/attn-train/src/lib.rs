@@ -48,6 +48,7 @@ pub mod clip;
 pub mod config;
 pub mod error;
 pub mod evaluate;
+pub mod folder;
 pub mod generate;
 pub mod inspect;
 pub mod loss;

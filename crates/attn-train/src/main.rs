@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use anyhow::{Context, Result, bail};
 use attn_model::Sampling;
 use attn_train::config::{Overrides, TrainConfig};
+use attn_train::folder::{self, FolderModel, Options as FolderOptions};
 use attn_train::generate::{self, Request};
 use attn_train::train::{self, RunOptions};
 use attn_train::view;
@@ -73,9 +74,12 @@ const INTERRUPTED: i32 = 130;
 /// What the program does besides training.
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Generate from a trained decoder (an add, translate or text run), printing tokens as
-    /// they come.
+    /// Generate from a trained decoder (an add, translate or text run), or from a Hugging
+    /// Face folder (Llama, Qwen2, Qwen3, Mistral), printing text as it comes.
     Generate(GenerateArgs),
+    /// Chat with a Hugging Face folder that has a chat template: the history stays in the
+    /// key/value cache from turn to turn, Ctrl-C stops the current answer, /reset forgets.
+    Chat(ChatArgs),
     /// Write one HTML page (no network needed) to explore a model's attention on a text: each
     /// head's lines from token to token, every layer and head at a glance.
     View(ViewArgs),
@@ -111,12 +115,32 @@ struct ViewArgs {
 #[derive(clap::Args, Debug)]
 struct GenerateArgs {
     /// The run folder to load (its config.json and newest checkpoint).
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_unless_present = "model",
+        conflicts_with = "model"
+    )]
+    run: Option<PathBuf>,
+    /// A Hugging Face folder: config.json, the weights, tokenizer.json (Llama, Qwen2, Qwen3,
+    /// Mistral).
     #[arg(long, value_name = "DIR")]
-    run: PathBuf,
+    model: Option<PathBuf>,
     /// add: two numbers, `123+456=`; translate: the run's seq_len digit words, `three one
-    /// four ...`; text: any text, `ROMEO:`.
-    #[arg(long)]
-    prompt: String,
+    /// four ...`; text and model folders: any text, `ROMEO:`.
+    #[arg(long, required_unless_present = "prompts", conflicts_with = "prompts")]
+    prompt: Option<String>,
+    /// A model folder: a file of prompts, one per line, generated together (left-padded);
+    /// one answer per line.
+    #[arg(long, value_name = "FILE", requires = "model")]
+    prompts: Option<PathBuf>,
+    /// A model folder: divide the logits of tokens already present by this (above 1
+    /// discourages repeats).
+    #[arg(long, requires = "model")]
+    repetition_penalty: Option<f64>,
+    /// A model folder: end the answer at this text (may be repeated).
+    #[arg(long, requires = "model")]
+    stop: Vec<String>,
     /// New tokens at most (default: the task's answer length; text: 200).
     #[arg(long)]
     max_new_tokens: Option<usize>,
@@ -147,6 +171,7 @@ fn main() -> Result<()> {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match &cli.command {
         Some(Command::Generate(args)) => return run_generate(args),
+        Some(Command::Chat(args)) => return run_chat(args),
         Some(Command::View(args)) => return run_view(args),
         None => {}
     }
@@ -259,17 +284,163 @@ fn shell_quoted(word: &str) -> String {
     }
 }
 
+/// The flags of `attn-train chat`.
+#[derive(clap::Args, Debug)]
+struct ChatArgs {
+    /// A Hugging Face folder with a chat template (chat_template.jinja or
+    /// tokenizer_config.json's chat_template).
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// A system message that opens the conversation.
+    #[arg(long)]
+    system: Option<String>,
+    /// New tokens per answer at most.
+    #[arg(long, default_value_t = 512)]
+    max_new_tokens: usize,
+    /// Sample at this temperature (default: greedy unless --top-k or --top-p is given).
+    #[arg(long, allow_negative_numbers = true)]
+    temperature: Option<f64>,
+    /// Sample from the k most likely tokens only.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample from the smallest set of tokens whose probability reaches p.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Divide the logits of tokens already present by this.
+    #[arg(long)]
+    repetition_penalty: Option<f64>,
+    /// Seed of the sampling generator.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Backend (default: flex where compiled in).
+    #[arg(long)]
+    device: Option<String>,
+}
+
+/// Greedy, unless a sampling flag is given.
+fn sampling_of(
+    temperature: Option<f64>,
+    top_k: Option<usize>,
+    top_p: Option<f64>,
+) -> Option<Sampling> {
+    (temperature.is_some() || top_k.is_some() || top_p.is_some()).then(|| Sampling::Sample {
+        temperature: temperature.unwrap_or(1.0),
+        top_k,
+        top_p,
+    })
+}
+
+fn folder_device(device: &Option<String>) -> Result<burn::tensor::Device> {
+    let name = device
+        .clone()
+        .unwrap_or_else(|| attn_train::backend::default_backend().to_string());
+    Ok(attn_train::backend::device(&name)?)
+}
+
+/// `attn-train generate --model DIR`: one prompt streamed, or a file of prompts answered a
+/// line each.
+fn run_generate_folder(args: &GenerateArgs, folder: &std::path::Path) -> Result<()> {
+    if args.max_new_tokens == Some(0) {
+        bail!("--max-new-tokens must be at least 1");
+    }
+    let device = folder_device(&args.device)?;
+    let model = FolderModel::load(folder, &device)
+        .with_context(|| format!("loading {}", folder.display()))?;
+    let options = FolderOptions {
+        max_new_tokens: args.max_new_tokens.unwrap_or(128),
+        sampling: sampling_of(args.temperature, args.top_k, args.top_p).unwrap_or_default(),
+        repetition_penalty: args.repetition_penalty,
+        seed: args.seed,
+        stop: args.stop.clone(),
+    };
+    let mut stdout = std::io::stdout();
+    let timing = match (&args.prompt, &args.prompts) {
+        (Some(prompt), _) => {
+            let (_, timing) =
+                model.generate(std::slice::from_ref(prompt), &options, |_, piece| {
+                    let _ = write!(stdout, "{piece}");
+                    let _ = stdout.flush();
+                })?;
+            println!();
+            timing
+        }
+        (None, Some(file)) => {
+            let prompts = folder::read_prompts(file)?;
+            let (answers, timing) = model.generate(&prompts, &options, |_, _| {})?;
+            for answer in answers {
+                println!("{}", answer.replace('\n', "\\n"));
+            }
+            timing
+        }
+        (None, None) => bail!("give --prompt TEXT or --prompts FILE"),
+    };
+    eprintln!("{}", timing.summary());
+    Ok(())
+}
+
+/// `attn-train chat --model DIR`: a conversation on stdin and stdout.
+fn run_chat(args: &ChatArgs) -> Result<()> {
+    use std::io::BufRead;
+    let device = folder_device(&args.device)?;
+    let model = FolderModel::load(&args.model, &device)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let mut chat = folder::Chat::new(&model, args.system.clone())?;
+    let options = FolderOptions {
+        max_new_tokens: args.max_new_tokens.max(1),
+        sampling: sampling_of(args.temperature, args.top_k, args.top_p).unwrap_or_default(),
+        repetition_penalty: args.repetition_penalty,
+        seed: args.seed,
+        stop: Vec::new(),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .context("cannot catch Ctrl-C")?;
+    }
+    eprintln!(
+        "chat with {} (/reset forgets, Ctrl-D ends)",
+        args.model.display()
+    );
+    let stdin = std::io::stdin();
+    let mut stdout = std::io::stdout();
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let line = line.trim();
+        stop.store(false, Ordering::SeqCst);
+        match line {
+            "" => continue,
+            "/reset" => {
+                chat.reset();
+                eprintln!("(history cleared)");
+                continue;
+            }
+            _ => {}
+        }
+        let timing = chat.say(line, &options, &stop, |piece| {
+            let _ = write!(stdout, "{piece}");
+            let _ = stdout.flush();
+        })?;
+        println!();
+        eprintln!("{}", timing.summary());
+    }
+}
+
 /// `attn-train generate`: streams the new tokens to stdout as they come.
 fn run_generate(args: &GenerateArgs) -> Result<()> {
-    let sampling = (args.temperature.is_some() || args.top_k.is_some() || args.top_p.is_some())
-        .then(|| Sampling::Sample {
-            temperature: args.temperature.unwrap_or(1.0),
-            top_k: args.top_k,
-            top_p: args.top_p,
-        });
+    let (run, prompt) = match (&args.model, &args.run, &args.prompt) {
+        (Some(folder), _, _) => return run_generate_folder(args, folder),
+        (None, Some(run), Some(prompt)) => (run, prompt),
+        _ => bail!("give --run DIR --prompt TEXT, or --model DIR"),
+    };
+    let sampling = sampling_of(args.temperature, args.top_k, args.top_p);
     let request = Request {
-        run: args.run.clone(),
-        prompt: args.prompt.clone(),
+        run: run.clone(),
+        prompt: prompt.clone(),
         max_new_tokens: args.max_new_tokens,
         sampling,
         seed: args.seed,
@@ -280,7 +451,7 @@ fn run_generate(args: &GenerateArgs) -> Result<()> {
         let _ = write!(stdout, "{piece}");
         let _ = stdout.flush();
     })
-    .with_context(|| format!("generating from {}", args.run.display()))?;
+    .with_context(|| format!("generating from {}", run.display()))?;
     println!();
     if let Some(sum) = generated.sum {
         println!("read back, most significant digit first: {sum}");

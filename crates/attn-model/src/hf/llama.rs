@@ -513,6 +513,15 @@ impl CausalLm {
             [vocab, d_model],
             config.parameters(&settings),
         )?;
+        // The sizes come from the configuration, not from the modules: asking a module for
+        // its shape would draw its random values first.
+        let shape = BlockShape {
+            d_model,
+            d_ff: config.intermediate_size,
+            n_heads: config.num_attention_heads,
+            n_kv_heads: settings.n_kv_heads,
+            d_head: settings.head_dim,
+        };
         let mut model = decoder.init(device)?;
         let table = dict.tensor("model.embed_tokens.weight", [vocab, d_model], device)?;
         let embedding = &mut model.embedding.embedding;
@@ -532,7 +541,9 @@ impl CausalLm {
         decoder.layers = std::mem::take(&mut decoder.layers)
             .into_iter()
             .enumerate()
-            .map(|(i, block)| load_block(block, dict, &format!("model.layers.{i}."), device))
+            .map(|(i, block)| {
+                load_block(block, dict, &format!("model.layers.{i}."), &shape, device)
+            })
             .collect::<Result<_, _>>()?;
         let norm = decoder
             .norm_final
@@ -716,20 +727,35 @@ pub fn read_llama_weights(folder: &Path) -> Result<StateDict, ModelError> {
     dict.ok_or_else(|| read_error("its weight_map lists no tensor".into()).into())
 }
 
+/// The sizes of one block.
+#[derive(Clone, Copy)]
+struct BlockShape {
+    d_model: usize,
+    d_ff: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    d_head: usize,
+}
+
 /// One Llama-family block into a [`DecoderBlock`] without cross-attention.
 fn load_block(
     mut block: DecoderBlock,
     dict: &StateDict,
     prefix: &str,
+    shape: &BlockShape,
     device: &Device,
 ) -> Result<DecoderBlock, ModelError> {
-    let d_model = block.d_model();
-    let d_ff = block.feed_forward.d_ff();
+    let BlockShape {
+        d_model,
+        d_ff,
+        n_heads,
+        n_kv_heads,
+        d_head,
+    } = *shape;
     let name = |suffix: &str| format!("{prefix}{suffix}");
     let attention = &mut block.self_attention;
-    let d_head = attention.d_head();
-    let d_q = attention.n_heads() * d_head;
-    let d_kv = attention.n_kv_heads() * d_head;
+    let d_q = n_heads * d_head;
+    let d_kv = n_kv_heads * d_head;
     let projections = [
         (&mut attention.w_q, "self_attn.q_proj", d_q, d_model),
         (&mut attention.w_k, "self_attn.k_proj", d_kv, d_model),

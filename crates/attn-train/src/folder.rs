@@ -1,0 +1,447 @@
+//! Generation and chat with a Hugging Face model folder (`attn-train generate --model DIR`,
+//! `attn-train chat --model DIR`): a Llama, Qwen2, Qwen3 or Mistral checkpoint
+//! ([`CausalLm`]), its `tokenizer.json`, its chat template and its `generation_config.json`.
+//!
+//! Text streams out in whole characters: the new tokens are decoded together after each step,
+//! and only the text that has stopped changing (no trailing U+FFFD of a character cut between
+//! byte-level tokens) is handed on. Generation stops at the folder's end-of-text ids, at the
+//! user's stop strings, or after `max_new_tokens`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use attn_model::hf::{CausalLm, ChatMessage, ChatTemplate, GenerationDefaults, LlamaConfig};
+use attn_model::{GenerateConfig, KvCache, Prompt, Sampling};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use tokenizers::Tokenizer;
+
+/// The tokenizer file of a model folder.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
+/// Tokens a conversation's cache holds at least (more when the model was trained on longer
+/// contexts, up to four times this).
+pub const CHAT_CONTEXT: usize = 4096;
+
+/// How to choose and when to stop.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// New tokens per answer at most.
+    pub max_new_tokens: usize,
+    /// Greedy, or a draw at a temperature with top-k and top-p.
+    pub sampling: Sampling,
+    /// `repetition_penalty`, above 1 discourages repeats.
+    pub repetition_penalty: Option<f64>,
+    /// Seed of the sampling generator.
+    pub seed: u64,
+    /// Texts that end an answer (they are not printed).
+    pub stop: Vec<String>,
+}
+
+/// Tokens and seconds of one generation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timing {
+    /// Prompt tokens fed at once.
+    pub prompt_tokens: usize,
+    /// Seconds to feed them (and choose the first token).
+    pub prefill_s: f64,
+    /// New tokens after the first.
+    pub decode_tokens: usize,
+    /// Seconds for those.
+    pub decode_s: f64,
+}
+
+impl Timing {
+    /// `prefill: N tokens in S s (T tok/s), decode: ...`.
+    pub fn summary(&self) -> String {
+        let rate = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
+        format!(
+            "prefill: {} tokens in {:.3} s ({:.1} tokens/s); decode: {} tokens in {:.3} s ({:.1} tokens/s)",
+            self.prompt_tokens,
+            self.prefill_s,
+            rate(self.prompt_tokens, self.prefill_s),
+            self.decode_tokens,
+            self.decode_s,
+            rate(self.decode_tokens, self.decode_s),
+        )
+    }
+}
+
+/// A loaded folder: the model, its tokenizer, its defaults and its chat template.
+pub struct FolderModel {
+    lm: CausalLm,
+    tokenizer: Tokenizer,
+    defaults: GenerationDefaults,
+    template: Option<ChatTemplate>,
+    context: usize,
+    device: Device,
+}
+
+impl FolderModel {
+    /// Loads `folder` onto `device`.
+    ///
+    /// # Errors
+    /// When the model, `tokenizer.json`, the chat template or `generation_config.json`
+    /// cannot be read, each naming the file.
+    pub fn load(folder: &Path, device: &Device) -> Result<Self> {
+        let config: LlamaConfig = attn_model::hf::read_config(folder)?;
+        let lm = CausalLm::from_pretrained(folder, device)?;
+        let tokenizer_path = folder.join(TOKENIZER_FILE);
+        let tokenizer = Tokenizer::from_file(&tokenizer_path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", tokenizer_path.display()))?;
+        let defaults = GenerationDefaults::from_folder(folder)?;
+        let template = ChatTemplate::from_folder(folder)?;
+        // Rotary positions have no table to run out of: a chat may outgrow
+        // max_position_embeddings (quality fades past it), up to the cache's size.
+        let context = config
+            .max_position_embeddings
+            .unwrap_or(0)
+            .clamp(CHAT_CONTEXT, 4 * CHAT_CONTEXT);
+        Ok(Self {
+            lm,
+            tokenizer,
+            defaults,
+            template,
+            context,
+            device: device.clone(),
+        })
+    }
+
+    /// The folder's chat template, if it has one.
+    pub fn template(&self) -> Option<&ChatTemplate> {
+        self.template.as_ref()
+    }
+
+    /// The token ids of `text`, with the tokenizer's special tokens when `special`.
+    ///
+    /// # Errors
+    /// When the tokenizer fails, or the text has no token.
+    pub fn encode(&self, text: &str, special: bool) -> Result<Vec<i64>> {
+        let encoding = self
+            .tokenizer
+            .encode(text, special)
+            .map_err(|e| anyhow::anyhow!("cannot tokenize the prompt: {e}"))?;
+        let ids: Vec<i64> = encoding.get_ids().iter().map(|&id| i64::from(id)).collect();
+        if ids.is_empty() {
+            bail!("the prompt {text:?} has no token");
+        }
+        Ok(ids)
+    }
+
+    /// The text of `ids`, special tokens left out.
+    pub fn decode(&self, ids: &[i64]) -> String {
+        let ids: Vec<u32> = ids
+            .iter()
+            .filter_map(|&id| u32::try_from(id).ok())
+            .collect();
+        self.tokenizer.decode(&ids, true).unwrap_or_default()
+    }
+
+    fn generate_config(&self, options: &Options, max_new_tokens: usize) -> GenerateConfig {
+        GenerateConfig::new(max_new_tokens)
+            .with_sampling(options.sampling.clone())
+            .with_seed(options.seed)
+            .with_stop_tokens(self.defaults.eos_token_ids.clone())
+            .with_repetition_penalty(options.repetition_penalty)
+    }
+
+    /// Generates after each prompt (left-padded into one batch), handing each sequence's new
+    /// text to `on_text(sequence, piece)` as it settles; returns the answers and the timing.
+    ///
+    /// # Errors
+    /// A prompt that cannot be tokenized, or an error of the model.
+    pub fn generate(
+        &self,
+        prompts: &[String],
+        options: &Options,
+        mut on_text: impl FnMut(usize, &str),
+    ) -> Result<(Vec<String>, Timing)> {
+        let sequences: Vec<Vec<i64>> = prompts
+            .iter()
+            .map(|p| self.encode(p, true))
+            .collect::<Result<_>>()?;
+        let pad = self.defaults.pad_token_id.unwrap_or(0);
+        let prompt = Prompt::from_sequences(&sequences, pad, &self.device);
+        let prompt_tokens = sequences.iter().map(Vec::len).max().unwrap_or(0);
+        let started = Instant::now();
+        let generation = self.lm.generate(
+            prompt,
+            self.generate_config(options, options.max_new_tokens),
+        )?;
+        let mut streams: Vec<Stream> = prompts.iter().map(|_| Stream::default()).collect();
+        let mut timing = Timing {
+            prompt_tokens,
+            ..Timing::default()
+        };
+        let mut first = None;
+        for step in generation {
+            let step = step?;
+            if first.is_none() {
+                first = Some(Instant::now());
+                timing.prefill_s = started.elapsed().as_secs_f64();
+            } else {
+                timing.decode_tokens += 1;
+            }
+            for (b, token) in step.tokens.iter().enumerate() {
+                if let Some(token) = token
+                    && !streams[b].done
+                {
+                    let piece =
+                        streams[b].push(self, *token, &self.defaults.eos_token_ids, &options.stop);
+                    if !piece.is_empty() {
+                        on_text(b, &piece);
+                    }
+                }
+            }
+            if streams.iter().all(|s| s.done) {
+                break;
+            }
+        }
+        if let Some(first) = first {
+            timing.decode_s = first.elapsed().as_secs_f64();
+        }
+        let answers = streams
+            .into_iter()
+            .enumerate()
+            .map(|(b, mut s)| {
+                let rest = s.finish(self, &options.stop);
+                if !rest.is_empty() {
+                    on_text(b, &rest);
+                }
+                s.printed
+            })
+            .collect();
+        Ok((answers, timing))
+    }
+}
+
+/// One sequence's new tokens and the text handed on so far.
+#[derive(Default)]
+struct Stream {
+    ids: Vec<i64>,
+    printed: String,
+    done: bool,
+}
+
+impl Stream {
+    /// Takes one new token; returns the text that settled with it.
+    fn push(&mut self, model: &FolderModel, token: i64, eos: &[i64], stop: &[String]) -> String {
+        if eos.contains(&token) {
+            self.done = true;
+            return self.finish(model, stop);
+        }
+        self.ids.push(token);
+        let text = model.decode(&self.ids);
+        if let Some(at) = stop.iter().filter_map(|s| text.find(s.as_str())).min() {
+            self.done = true;
+            return self.settle(&text[..at]);
+        }
+        // Hold back a cut character and anything a stop string may still grow from.
+        let mut settled = text.trim_end_matches('\u{FFFD}').len();
+        for s in stop {
+            for k in (1..s.len()).rev() {
+                if s.is_char_boundary(k) && text.ends_with(&s[..k]) {
+                    settled = settled.min(text.len() - k);
+                    break;
+                }
+            }
+        }
+        let settled = floor_char_boundary(&text, settled);
+        self.settle(&text[..settled])
+    }
+
+    /// The rest of the text, at the end.
+    fn finish(&mut self, model: &FolderModel, stop: &[String]) -> String {
+        let text = model.decode(&self.ids);
+        let end = stop
+            .iter()
+            .filter_map(|s| text.find(s.as_str()))
+            .min()
+            .unwrap_or(text.len());
+        self.settle(&text[..end])
+    }
+
+    /// Hands on what `text` adds to what was printed (the decoded text only grows at its end,
+    /// except where a cut character completes).
+    fn settle(&mut self, text: &str) -> String {
+        if text.starts_with(self.printed.as_str()) {
+            let new = text[self.printed.len()..].to_string();
+            self.printed = text.to_string();
+            new
+        } else {
+            String::new()
+        }
+    }
+}
+
+fn floor_char_boundary(text: &str, mut at: usize) -> usize {
+    while at > 0 && !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+/// A conversation whose history stays in the model's key/value cache from turn to turn.
+pub struct Chat<'a> {
+    model: &'a FolderModel,
+    template: &'a ChatTemplate,
+    messages: Vec<ChatMessage>,
+    cache: Option<KvCache>,
+    /// The ids the cache holds, in order.
+    cached: Vec<i64>,
+}
+
+impl<'a> Chat<'a> {
+    /// A new conversation, with an optional system message.
+    ///
+    /// # Errors
+    /// When the folder has no chat template.
+    pub fn new(model: &'a FolderModel, system: Option<String>) -> Result<Self> {
+        let template = model
+            .template
+            .as_ref()
+            .context("the folder has no chat template (chat_template.jinja or tokenizer_config.json's chat_template)")?;
+        Ok(Self {
+            model,
+            template,
+            messages: system
+                .map(|s| vec![ChatMessage::new("system", s)])
+                .into_iter()
+                .flatten()
+                .collect(),
+            cache: None,
+            cached: Vec::new(),
+        })
+    }
+
+    /// Forgets every turn but the system message.
+    pub fn reset(&mut self) {
+        self.messages.retain(|m| m.role == "system");
+        self.cache = None;
+        self.cached.clear();
+    }
+
+    /// The assistant's answer to `user`, streamed to `on_text`; `stop` ends it early
+    /// (Ctrl-C), keeping what was said.
+    ///
+    /// # Errors
+    /// A template or model error.
+    pub fn say(
+        &mut self,
+        user: &str,
+        options: &Options,
+        stop: &Arc<AtomicBool>,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Timing> {
+        self.messages.push(ChatMessage::new("user", user));
+        let rendered = self.template.render(&self.messages, true)?;
+        let ids = self.model.encode(&rendered, false)?;
+        // Feed only what the cache does not hold yet; start again if the history was
+        // tokenized differently this time.
+        let common = self
+            .cached
+            .iter()
+            .zip(&ids)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if common < self.cached.len() || common == ids.len() {
+            self.cache = None;
+            self.cached.clear();
+        }
+        let cache = match self.cache.take() {
+            Some(cache) => cache,
+            None => self
+                .model
+                .lm
+                .model()
+                .new_cache(1, self.model.context, None)?,
+        };
+        let new = &ids[self.cached.len()..];
+        let room = self.model.context.saturating_sub(ids.len());
+        if room == 0 {
+            bail!(
+                "the conversation is {} tokens, the model's context {}: /reset to start again",
+                ids.len(),
+                self.model.context
+            );
+        }
+        let max_new = options.max_new_tokens.min(room);
+        let tokens = Tensor::<2, Int>::from_data(
+            TensorData::new(new.to_vec(), [1, new.len()]),
+            &self.model.device,
+        );
+        let started = Instant::now();
+        let mut generation = self.model.lm.model().generate_with_cache(
+            cache,
+            tokens,
+            self.model.generate_config(options, max_new),
+        )?;
+        let mut timing = Timing {
+            prompt_tokens: new.len(),
+            ..Timing::default()
+        };
+        let mut stream = Stream::default();
+        let mut chosen = Vec::new();
+        let mut first = None;
+        for step in generation.by_ref() {
+            let step = step?;
+            if first.is_none() {
+                first = Some(Instant::now());
+                timing.prefill_s = started.elapsed().as_secs_f64();
+            } else {
+                timing.decode_tokens += 1;
+            }
+            let Some(token) = step.tokens[0] else { break };
+            chosen.push(token);
+            let piece = stream.push(
+                self.model,
+                token,
+                &self.model.defaults.eos_token_ids,
+                &options.stop,
+            );
+            if !piece.is_empty() {
+                on_text(&piece);
+            }
+            if stream.done || stop.swap(false, Ordering::SeqCst) {
+                break;
+            }
+        }
+        let rest = stream.finish(self.model, &options.stop);
+        if !rest.is_empty() {
+            on_text(&rest);
+        }
+        if let Some(first) = first {
+            timing.decode_s = first.elapsed().as_secs_f64();
+        }
+        let cache = generation.into_cache();
+        // The cache holds the prompt and every chosen token but the last.
+        self.cached.extend_from_slice(new);
+        self.cached
+            .extend_from_slice(&chosen[..chosen.len().saturating_sub(1)]);
+        debug_assert_eq!(self.cached.len(), cache.filled());
+        self.cache = Some(cache);
+        self.messages
+            .push(ChatMessage::new("assistant", stream.printed.trim()));
+        Ok(timing)
+    }
+}
+
+/// The prompts of a `--prompts` file: one per line, empty lines skipped.
+///
+/// # Errors
+/// When the file cannot be read, or holds no prompt.
+pub fn read_prompts(path: &PathBuf) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the prompts in {}", path.display()))?;
+    let prompts: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_string)
+        .collect();
+    if prompts.is_empty() {
+        bail!("{} holds no prompt (one per line)", path.display());
+    }
+    Ok(prompts)
+}
