@@ -41,7 +41,10 @@ pub fn gpt2_records(
 ) -> Result<Vec<Record>> {
     let config: Gpt2Config = read_config(folder)?;
     let (n_heads, d_head) = (config.n_head, config.n_embd / config.n_head.max(1));
-    let capacity = prompt_len + HEADROOM;
+    if prompt_len == 0 {
+        bail!("a prompt needs at least one token, got 0");
+    }
+    let capacity = prompt_len.saturating_add(HEADROOM);
     if capacity > config.n_positions {
         bail!(
             "a prompt of {prompt_len} tokens and {HEADROOM} new ones pass the {} positions of {}",
@@ -115,4 +118,26 @@ pub fn gpt2_records(
         });
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timing::QUICK;
+
+    #[test]
+    fn a_prompt_of_no_token_or_past_every_position_is_an_error_not_a_panic() {
+        let folder =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf/gpt2_tiny");
+        let device = Device::flex();
+        let empty = gpt2_records(&folder, &device, "flex", 0, &QUICK).expect_err("0 tokens");
+        assert!(empty.to_string().contains("at least one token"), "{empty}");
+        let huge =
+            gpt2_records(&folder, &device, "flex", usize::MAX, &QUICK).expect_err("usize::MAX");
+        let text = huge.to_string();
+        assert!(
+            text.contains(&usize::MAX.to_string()) && text.contains("48 positions"),
+            "{text}"
+        );
+    }
 }

@@ -162,6 +162,16 @@ impl FolderModel {
             .iter()
             .map(|p| self.encode(p, true))
             .collect::<Result<_>>()?;
+        let longest = sequences.iter().map(Vec::len).max().unwrap_or(0);
+        // The cache is allocated for the whole run up front: bound it before it is made.
+        if longest.saturating_add(options.max_new_tokens) > self.context {
+            bail!(
+                "a prompt of {longest} tokens and {} new ones need a cache of more than the {} \
+                 tokens this program allocates; ask for fewer new tokens",
+                options.max_new_tokens,
+                self.context
+            );
+        }
         let pad = self.defaults.pad_token_id.unwrap_or(0);
         let prompt = Prompt::from_sequences(&sequences, pad, &self.device);
         let prompt_tokens = sequences.iter().map(Vec::len).max().unwrap_or(0);

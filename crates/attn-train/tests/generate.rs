@@ -349,6 +349,20 @@ fn generate_on_a_model_folder_streams_text_and_answers_a_file_of_prompts_line_by
         );
         String::from_utf8(out.stdout).expect("UTF-8 text")
     };
+    let absurd = run(&[
+        "generate",
+        "--model",
+        folder,
+        "--prompt",
+        "Hi",
+        "--max-new-tokens",
+        "1000000000",
+    ]);
+    let stderr = String::from_utf8_lossy(&absurd.stderr);
+    assert!(
+        !absurd.status.success() && stderr.contains("1000000000 new ones"),
+        "{stderr}"
+    );
     let a = single("Attention is");
     let b = single("Hi");
     let dir = temp_out("prompts");
