@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::TrainError;
+use crate::files;
 use crate::model::Model;
 use crate::random::Rng;
 use crate::schedule::{LrSchedule, Scheduler};
@@ -150,11 +151,12 @@ pub fn save(
     let root = out.join(CHECKPOINTS);
     let name = folder_name(state.step);
     let dir = root.join(&name);
-    let partial = root.join(format!("{name}.partial"));
-    if partial.exists() {
-        std::fs::remove_dir_all(&partial).map_err(|e| TrainError::io("removing", &partial, e))?;
-    }
-    std::fs::create_dir_all(&partial).map_err(|e| TrainError::io("creating", &partial, e))?;
+    let partial_name = format!("{name}.partial");
+    let partial = root.join(&partial_name);
+    // A partial folder left by a run that stopped while writing it, and an older checkpoint of
+    // this step (a resumed run's): only their own files are removed, never through a link.
+    clear(out, &format!("{CHECKPOINTS}/{partial_name}"))?;
+    files::create_folders(out, &format!("{CHECKPOINTS}/{partial_name}"))?;
 
     let record_io = |path: &Path, e: RecordError| {
         TrainError::io("writing", path, std::io::Error::other(e.to_string()))
@@ -175,7 +177,7 @@ pub fn save(
         .map_err(|e| record_io(&scheduler_path, e))?;
     let state_path = partial.join(STATE_FILE);
     let json = serde_json::to_string_pretty(state).expect("TrainState is plain data");
-    std::fs::write(&state_path, json).map_err(|e| TrainError::io("writing", &state_path, e))?;
+    files::write_atomically(&state_path, json.as_bytes())?;
 
     let files = FILES[..4]
         .iter()
@@ -190,18 +192,51 @@ pub fn save(
     };
     let manifest_path = partial.join(MANIFEST_FILE);
     let json = serde_json::to_string_pretty(&manifest).expect("a manifest is plain data");
-    std::fs::write(&manifest_path, json)
-        .map_err(|e| TrainError::io("writing", &manifest_path, e))?;
+    files::write_atomically(&manifest_path, json.as_bytes())?;
 
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| TrainError::io("removing", &dir, e))?;
-    }
+    clear(out, &format!("{CHECKPOINTS}/{name}"))?;
     std::fs::rename(&partial, &dir).map_err(|e| TrainError::io("renaming", &partial, e))?;
-    write_atomically(&root.join(LATEST), name.as_bytes())?;
+    files::write_atomically(&root.join(LATEST), name.as_bytes())?;
     Ok(dir)
 }
 
-/// The checkpoint folders under `out` (`step-NNNNNN`, not `.partial` ones), newest first.
+/// Removes the checkpoint folder `relative` of the run folder `out`: the files of a checkpoint
+/// (and no others), then the folder once empty. Nothing happens where it is missing.
+///
+/// # Errors
+///
+/// [`TrainError::UnsafePath`] when it is a link or not a folder, [`TrainError::NotOurs`] naming
+/// a file in it that is not a checkpoint's.
+fn clear(out: &Path, relative: &str) -> Result<(), TrainError> {
+    let path = out.join(relative);
+    match files::entry(&path).map_err(|e| TrainError::io("examining", &path, e))? {
+        files::Entry::Missing => return Ok(()),
+        files::Entry::Folder => {}
+        files::Entry::Link => return Err(files::Unsafe::Link(path).into()),
+        files::Entry::File | files::Entry::Other => {
+            return Err(files::Unsafe::NotFile(path).into());
+        }
+    }
+    for file in FILES {
+        if let (file, files::Entry::File) = files::inside(out, &format!("{relative}/{file}"))? {
+            std::fs::remove_file(&file).map_err(|e| TrainError::io("removing", &file, e))?;
+        }
+    }
+    let left = std::fs::read_dir(&path)
+        .and_then(|entries| {
+            entries
+                .map(|e| e.map(|e| e.path()))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| TrainError::io("reading", &path, e))?;
+    if let Some(theirs) = left.into_iter().next() {
+        return Err(TrainError::NotOurs { path: theirs });
+    }
+    std::fs::remove_dir(&path).map_err(|e| TrainError::io("removing", &path, e))
+}
+
+/// The checkpoint folders under `out` (`step-NNNNNN`, not `.partial` ones, not empty ones),
+/// newest first.
 ///
 /// # Errors
 ///
@@ -223,7 +258,10 @@ pub fn candidates(out: &Path) -> Result<Vec<(usize, PathBuf)>, TrainError> {
         else {
             continue;
         };
-        if entry.path().is_dir() && name == folder_name(step) {
+        // An empty folder is a checkpoint that was never written (a run stopped, or the disk
+        // filled, before its files arrived), not a corrupt one.
+        let empty = std::fs::read_dir(entry.path()).is_ok_and(|mut e| e.next().is_none());
+        if entry.path().is_dir() && name == folder_name(step) && !empty {
             found.push((step, entry.path()));
         }
     }
@@ -434,6 +472,15 @@ pub fn load(
         .map_err(|e| corrupt(&state_path, format!("cannot read: {e}")))?;
     let state: TrainState =
         serde_json::from_str(&text).map_err(|e| corrupt(&state_path, format!("bad JSON: {e}")))?;
+    // Checked before the scheduler moves on by the steps done, one call a step.
+    if state.step > schedule.total_steps {
+        return Err(TrainError::FewerStepsThanDone {
+            what: "--steps",
+            asked: schedule.total_steps,
+            done: state.step,
+            path: dir.to_path_buf(),
+        });
+    }
     if &state.run != run {
         return Err(TrainError::CheckpointMismatch {
             path: dir.to_path_buf(),
@@ -444,6 +491,7 @@ pub fn load(
     let model = load_model(dir, model)?;
 
     let optim_path = dir.join(OPTIMIZER_FILE);
+    check_optimizer_fits(&optim_path, &model)?;
     let record =
         OptimizerRecord::load(&optim_path).map_err(|e| corrupt(&optim_path, e.to_string()))?;
     if state.step > 0 && record.is_empty() {
@@ -534,6 +582,68 @@ pub fn load_model(dir: &Path, model: Model) -> Result<Model, TrainError> {
     Ok(model)
 }
 
+/// Checks that every tensor of the optimizer's state at `path` belongs to a parameter of `model`
+/// and has its shape: a state saved for another model (its checksum recomputed) is refused
+/// instead of being dropped or applied to the wrong weights.
+///
+/// # Errors
+///
+/// [`TrainError::CorruptCheckpoint`] when the file cannot be read, or a tensor names no
+/// parameter, [`TrainError::CheckpointMismatch`] naming the first tensor that is for another
+/// model, with both shapes.
+fn check_optimizer_fits(path: &Path, model: &Model) -> Result<(), TrainError> {
+    use burn::store::burn_pack::Reader;
+    let mut shapes = ParamShapes::default();
+    model.visit(&mut shapes);
+    let corrupt = |reason: String| TrainError::CorruptCheckpoint {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let tensors = Reader::from_file_exact(path)
+        .and_then(Reader::into_tensors)
+        .map_err(|e| corrupt(e.to_string()))?;
+    for tensor in tensors {
+        let (name, _, shape, id, _) = tensor.into_parts().map_err(|e| corrupt(e.to_string()))?;
+        let Some(id) = id else {
+            return Err(corrupt(format!("its tensor {name} names no parameter")));
+        };
+        let mismatch = |differences: String| TrainError::CheckpointMismatch {
+            path: path.to_path_buf(),
+            differences,
+        };
+        match shapes.0.get(&id) {
+            None => {
+                return Err(mismatch(format!(
+                    "its tensor {name} is for a parameter this model does not have; the \
+                     optimizer's state is another model's"
+                )));
+            }
+            Some(expected) if expected.as_slice() != &shape[..] => {
+                return Err(mismatch(format!(
+                    "its tensor {name} has shape {:?}, but the parameter's is {expected:?}; the \
+                     optimizer's state is another model's",
+                    &shape[..]
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Each parameter's id and shape.
+#[derive(Default)]
+struct ParamShapes(std::collections::HashMap<u64, Vec<usize>>);
+
+impl burn::module::ModuleVisitor for ParamShapes {
+    fn visit_float<const D: usize>(
+        &mut self,
+        param: &burn::module::Param<burn::tensor::Tensor<D>>,
+    ) {
+        self.0.insert(param.id.val(), param.lazy_shape().to_vec());
+    }
+}
+
 /// Counts the weights that are NaN or infinite, and names the first parameter holding one.
 #[derive(Default)]
 struct NonFinite {
@@ -564,13 +674,6 @@ impl burn::module::ModuleVisitor for NonFinite {
     }
 }
 
-/// Replaces `path` with `bytes` through a temporary file and a rename.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| TrainError::io("writing", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| TrainError::io("renaming", &tmp, e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -597,8 +700,11 @@ mod tests {
             "step-000004.partial",
             "my-other-model",
         ] {
-            std::fs::create_dir_all(out.join(CHECKPOINTS).join(name)).expect("folder");
+            let folder = out.join(CHECKPOINTS).join(name);
+            std::fs::create_dir_all(&folder).expect("folder");
+            std::fs::write(folder.join(STATE_FILE), "{}").expect("written");
         }
+        std::fs::create_dir_all(out.join(CHECKPOINTS).join("step-000020")).expect("empty");
         let steps: Vec<usize> = candidates(&out)
             .expect("readable")
             .into_iter()

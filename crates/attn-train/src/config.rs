@@ -437,6 +437,13 @@ impl TrainConfig {
                 o.epsilon
             ));
         }
+        if o.warmup_steps > self.steps {
+            return bad(format!(
+                "warmup_steps is {} but the run has {} steps; the learning rate would never \
+                 reach its peak (--warmup-steps at most --steps)",
+                o.warmup_steps, self.steps
+            ));
+        }
         if !(o.lr.is_finite() && o.lr > 0.0) {
             return bad(format!("lr must be finite and positive, got {}", o.lr));
         }

@@ -151,6 +151,42 @@ pub enum TrainError {
         /// The newest checkpoint written before the divergence, kept untouched.
         last_checkpoint: Option<PathBuf>,
     },
+    /// A path the run would write or remove that is a symbolic link, goes through one, or is
+    /// not a regular file.
+    #[error(
+        "{} {reason}; a run writes and removes only regular files inside its own folder, never \
+         through a link; move it away, or give another --out",
+        path.display()
+    )]
+    UnsafePath {
+        /// The link, or what stands where a file or folder should.
+        path: PathBuf,
+        /// What it is.
+        reason: String,
+    },
+    /// Another process is writing into the run folder.
+    #[error(
+        "{} is in use by another run (it holds the folder's lock); wait for it to end, or give \
+         another --out",
+        path.display()
+    )]
+    Locked {
+        /// The run folder.
+        path: PathBuf,
+    },
+    /// A run that would need more memory than the machine has available.
+    #[error(
+        "this run would need about {need} of memory, but {available} available: {part}; \
+         make those smaller"
+    )]
+    TooLarge {
+        /// The estimate ([`crate::budget::estimate`]).
+        need: String,
+        /// What the machine has available.
+        available: String,
+        /// The largest part, and the settings that size it.
+        part: String,
+    },
     /// A plot could not be drawn.
     #[error("drawing {}: {reason}", path.display())]
     Plot {
@@ -175,6 +211,25 @@ impl TrainError {
             path: path.into(),
             error,
         }
+    }
+}
+
+impl From<crate::files::Unsafe> for TrainError {
+    fn from(e: crate::files::Unsafe) -> Self {
+        use crate::files::Unsafe;
+        let (path, reason) = match e {
+            Unsafe::Link(path) => (path, "is a symbolic link".to_string()),
+            Unsafe::NotFile(path) => (path, "is not a regular file or folder here".to_string()),
+            Unsafe::Outside(relative) => (PathBuf::from(relative), "leaves the folder".into()),
+            Unsafe::Io(path, error) => return Self::io("examining", path, error),
+        };
+        Self::UnsafePath { path, reason }
+    }
+}
+
+impl From<(PathBuf, std::io::Error)> for TrainError {
+    fn from((path, error): (PathBuf, std::io::Error)) -> Self {
+        Self::io("writing", path, error)
     }
 }
 

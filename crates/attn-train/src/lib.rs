@@ -21,10 +21,12 @@
 //! - [`view`]: the attention explorer, one HTML page of a run's or a Hugging Face model's heads;
 //! - [`schedule`]: the learning rate, run by burn's schedulers;
 //! - [`clip`]: global-norm gradient clipping;
+//! - [`budget`]: the memory a run will take, checked before anything is allocated;
 //! - [`adam`]: burn's Adam with its step as one pass on flex;
 //! - [`random`]: the run's seeded ChaCha8 streams;
 //! - [`metrics`], [`plot`]: what is measured, and its pictures;
 //! - [`run_dir`], [`checkpoint`]: what a run writes where, and how it resumes;
+//! - [`files`]: files written whole and never through a link;
 //! - `allocator` (with the `mimalloc` feature): the programs' allocator setting.
 //!
 //! ```no_run
@@ -43,11 +45,13 @@ pub use attn_core::backend;
 pub mod adam;
 #[cfg(feature = "mimalloc")]
 pub mod allocator;
+pub mod budget;
 pub mod checkpoint;
 pub mod clip;
 pub mod config;
 pub mod error;
 pub mod evaluate;
+pub mod files;
 pub mod folder;
 pub mod generate;
 pub mod inspect;

@@ -202,6 +202,19 @@ fn main() -> Result<()> {
         interrupt: Some(interrupt),
     };
 
+    // The summary names the folder in JSON, which holds text only: a name that is not UTF-8 is
+    // refused now, not after the run has trained and written everything.
+    for (flag, path) in [("--out", &cli.out), ("--resume", &cli.resume)] {
+        if let Some(path) = path
+            && path.to_str().is_none()
+        {
+            bail!(
+                "{flag} {} is not valid UTF-8; give a \
+                 folder whose name is",
+                path.display()
+            );
+        }
+    }
     let summary = if let Some(dir) = &cli.resume {
         let refused = refused_with_resume(&matches);
         if !refused.is_empty() {

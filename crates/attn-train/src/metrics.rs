@@ -243,18 +243,19 @@ fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, Trai
 }
 
 fn write_rows<T: Serialize>(path: &Path, rows: impl Iterator<Item = T>) -> Result<(), TrainError> {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".tmp");
-    let tmp = std::path::PathBuf::from(name);
-    let mut writer = csv::Writer::from_path(&tmp).map_err(|e| csv_error(&tmp, e))?;
-    for row in rows {
-        writer.serialize(row).map_err(|e| csv_error(&tmp, e))?;
-    }
-    writer
-        .flush()
-        .map_err(|e| TrainError::io("writing", &tmp, e))?;
-    drop(writer);
-    std::fs::rename(&tmp, path).map_err(|e| TrainError::io("renaming", path, e))
+    crate::files::replace_with(
+        path,
+        |tmp| {
+            let mut writer = csv::Writer::from_path(tmp).map_err(|e| csv_error(tmp, e))?;
+            for row in rows {
+                writer.serialize(row).map_err(|e| csv_error(tmp, e))?;
+            }
+            writer
+                .flush()
+                .map_err(|e| TrainError::io("writing", tmp, e))
+        },
+        |p, e| TrainError::io("writing", p, e),
+    )
 }
 
 fn csv_error(path: &Path, e: csv::Error) -> TrainError {

@@ -17,15 +17,23 @@
 //! lists, so whatever else is there (a user's notes, another model's checkpoints) stays.
 //! A path is recorded in the manifest before the file is written ([`RunDir::claim`]), so a run
 //! that stops half-way still owns what it wrote.
+//!
+//! Nothing is written or removed through a symbolic link: a link where the run writes, or a
+//! linked folder on the way, is refused by name ([`crate::files::inside`]), and files are
+//! written whole through a rename ([`crate::files`]). The folder is locked (`flock`) while a
+//! run writes into it, so a second run into the same folder is refused.
 
 use std::collections::BTreeSet;
-use std::path::{Component, Path, PathBuf};
+use std::fs::{File, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint;
 use crate::config::TrainConfig;
 use crate::error::TrainError;
+use crate::files::{self, Entry};
 use crate::metrics::MetricsLog;
 pub use crate::metrics::TIMINGS_FILE;
 
@@ -78,49 +86,63 @@ impl Manifest {
     }
 
     fn write(&self, root: &Path) -> Result<(), TrainError> {
-        let path = root.join(MANIFEST_FILE);
-        let tmp = root.join(format!("{MANIFEST_FILE}.tmp"));
         let json = serde_json::to_string_pretty(self).expect("a manifest is plain data");
-        std::fs::write(&tmp, json).map_err(|e| TrainError::io("writing", &tmp, e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| TrainError::io("renaming", &tmp, e))
+        Ok(files::write_atomically(
+            &root.join(MANIFEST_FILE),
+            json.as_bytes(),
+        )?)
     }
 }
 
-/// `relative` as a path inside the run folder, or `None` for one that could leave it (absolute,
-/// or with `..`): such an entry is never acted on.
-fn inside(root: &Path, relative: &str) -> Option<PathBuf> {
-    let path = Path::new(relative);
-    path.components()
-        .all(|c| matches!(c, Component::Normal(_)))
-        .then(|| root.join(path))
+/// The names in the folder `path`.
+fn names(path: &Path) -> std::io::Result<Vec<String>> {
+    std::fs::read_dir(path)?
+        .map(|entry| entry.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect()
 }
 
-/// A run's output folder.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The names in the folder `relative` of `root`; none where it is missing.
+fn folder_names(root: &Path, relative: &str) -> Result<Vec<String>, TrainError> {
+    let path = root.join(relative);
+    match files::entry(&path).map_err(|e| TrainError::io("examining", &path, e))? {
+        Entry::Missing => Ok(Vec::new()),
+        Entry::Folder => names(&path).map_err(|e| TrainError::io("reading", &path, e)),
+        Entry::Link => Err(files::Unsafe::Link(path).into()),
+        Entry::File | Entry::Other => Err(files::Unsafe::NotFile(path).into()),
+    }
+}
+
+/// A run's output folder, locked for as long as this value (or a clone) lives.
+#[derive(Clone, Debug)]
 pub struct RunDir {
     root: PathBuf,
+    /// The folder opened and locked (`flock`), so that a second run into it is refused.
+    _lock: Option<Arc<File>>,
+}
+
+/// Names in `attention/` that a run writes: `layer<L>-head<H>.png` and
+/// `cross-layer<L>-head<H>.png`.
+fn heatmap_name(name: &str) -> bool {
+    (name.starts_with("layer") || name.starts_with("cross-layer")) && name.ends_with(".png")
 }
 
 impl RunDir {
     /// Checks, touching nothing, that a fresh run may write into `root`: it is missing or
-    /// empty, or `overwrite` is given and no file this run writes at a fixed place is there
-    /// unless the manifest lists it.
+    /// empty, or `overwrite` is given and no file this run writes is there unless the manifest
+    /// lists it, and nothing it writes or removes is a link or goes through one.
     ///
     /// # Errors
     ///
     /// [`TrainError::OutNotEmpty`] for a folder with something in it and no `overwrite`,
     /// [`TrainError::NotOurs`] for a file in the way that no earlier run wrote,
+    /// [`TrainError::UnsafePath`] for a link where the run writes,
     /// [`TrainError::Io`] when the folder cannot be read.
     pub fn check_fresh(root: &Path, overwrite: bool) -> Result<(), TrainError> {
-        let entries = match std::fs::read_dir(root) {
-            Ok(entries) => entries,
+        let mut names = match names(root) {
+            Ok(names) => names,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(TrainError::io("reading", root, e)),
         };
-        let mut names = entries
-            .map(|entry| entry.map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| TrainError::io("reading", root, e))?;
         if names.is_empty() {
             return Ok(());
         }
@@ -138,41 +160,74 @@ impl RunDir {
                 found,
             });
         }
+        files::inside(root, MANIFEST_FILE)?;
         let manifest = Manifest::read(root)?;
-        for file in FIXED_FILES {
-            let path = root.join(file);
-            if path.symlink_metadata().is_ok() && !manifest.files.contains(file) {
+        let ours = |relative: &str| -> Result<(), TrainError> {
+            let (path, found) = files::inside(root, relative)?;
+            if found == Entry::File && !manifest.files.contains(relative) {
                 return Err(TrainError::NotOurs { path });
+            }
+            Ok(())
+        };
+        for file in FIXED_FILES {
+            ours(file)?;
+        }
+        // The heatmaps, and each checkpoint's files: their names depend on the model and the
+        // steps, so every name of that form is checked.
+        for name in folder_names(root, ATTENTION_DIR)? {
+            if heatmap_name(&name) {
+                ours(&format!("{ATTENTION_DIR}/{name}"))?;
+            }
+        }
+        for name in folder_names(root, checkpoint::CHECKPOINTS)? {
+            let Some(step) = name.strip_prefix("step-") else {
+                continue;
+            };
+            let folder = format!("{}/{name}", checkpoint::CHECKPOINTS);
+            let path = root.join(&folder);
+            if let Entry::File | Entry::Other =
+                files::entry(&path).map_err(|e| TrainError::io("examining", &path, e))?
+            {
+                continue;
+            }
+            for file in folder_names(root, &folder)? {
+                let relative = format!("{folder}/{file}");
+                if step.ends_with(".partial") && checkpoint::FILES.contains(&file.as_str()) {
+                    // A checkpoint being written when a run stopped: only its own files.
+                    files::inside(root, &relative)?;
+                } else {
+                    ours(&relative)?;
+                }
             }
         }
         Ok(())
     }
 
-    /// The folder for a fresh run, created if missing. With `overwrite`, the files that its
-    /// manifest lists (an earlier run's) are removed, and then the folders they leave empty;
-    /// nothing else is. Call [`check_fresh`](Self::check_fresh) first, before anything else is
-    /// done.
+    /// The folder for a fresh run, created if missing and locked. With `overwrite`, the files
+    /// that its manifest lists (an earlier run's) are removed, and then the folders they leave
+    /// empty; nothing else is, and nothing through a link. Call
+    /// [`check_fresh`](Self::check_fresh) first, before anything else is done.
     ///
     /// # Errors
     ///
-    /// [`TrainError::Io`] when the folder cannot be created or an old file removed, and as
+    /// [`TrainError::Locked`] when another run holds the folder, [`TrainError::Io`] when the
+    /// folder cannot be created or an old file removed, and as
     /// [`check_fresh`](Self::check_fresh).
     pub fn fresh(root: &Path, overwrite: bool) -> Result<Self, TrainError> {
         Self::check_fresh(root, overwrite)?;
         std::fs::create_dir_all(root).map_err(|e| TrainError::io("creating", root, e))?;
+        let dir = Self::locked(root)?;
+        // Checked again under the lock: another run may have written here in between.
+        Self::check_fresh(root, overwrite)?;
         let old = Manifest::read(root)?;
         let mut folders = BTreeSet::new();
         for relative in &old.files {
-            let Some(path) = inside(root, relative) else {
+            // A listed path that is a link, passes through one, or leaves the folder is not
+            // a file of ours, whatever the manifest says.
+            let Ok((path, Entry::File)) = files::inside(root, relative) else {
                 continue;
             };
-            match path.symlink_metadata() {
-                Ok(meta) if !meta.is_dir() => {
-                    std::fs::remove_file(&path)
-                        .map_err(|e| TrainError::io("removing", &path, e))?;
-                }
-                _ => continue,
-            }
+            std::fs::remove_file(&path).map_err(|e| TrainError::io("removing", &path, e))?;
             let mut folder = path.parent();
             while let Some(f) = folder
                 && f != root
@@ -186,25 +241,42 @@ impl RunDir {
             let _ = std::fs::remove_dir(folder);
         }
         Manifest::default().write(root)?;
+        Ok(dir)
+    }
+
+    /// `root` opened and locked against other runs.
+    fn locked(root: &Path) -> Result<Self, TrainError> {
+        let handle = File::open(root).map_err(|e| TrainError::io("opening", root, e))?;
+        let lock = match handle.try_lock() {
+            Ok(()) => Some(Arc::new(handle)),
+            Err(TryLockError::WouldBlock) => {
+                return Err(TrainError::Locked {
+                    path: root.to_path_buf(),
+                });
+            }
+            // A file system without locks: the run goes on unguarded.
+            Err(TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => None,
+            Err(TryLockError::Error(e)) => return Err(TrainError::io("locking", root, e)),
+        };
         Ok(Self {
             root: root.to_path_buf(),
+            _lock: lock,
         })
     }
 
-    /// The folder of a run to continue, its files kept.
+    /// The folder of a run to continue, its files kept, locked.
     ///
     /// # Errors
     ///
-    /// [`TrainError::NoCheckpoint`] when the folder is not there.
+    /// [`TrainError::NoCheckpoint`] when the folder is not there, [`TrainError::Locked`] when
+    /// another run holds it.
     pub fn existing(root: &Path) -> Result<Self, TrainError> {
         if !root.is_dir() {
             return Err(TrainError::NoCheckpoint {
                 path: root.to_path_buf(),
             });
         }
-        Ok(Self {
-            root: root.to_path_buf(),
-        })
+        Self::locked(root)
     }
 
     /// Records `relative` (`/`-separated, inside the folder) in the manifest as a file of this
@@ -212,21 +284,34 @@ impl RunDir {
     ///
     /// # Errors
     ///
+    /// [`TrainError::UnsafePath`] when the path is a link or passes through one,
+    /// [`TrainError::NotOurs`] when a file the manifest does not list stands there,
     /// [`TrainError::Io`] when the manifest cannot be written or the folder created.
     pub fn claim(&self, relative: &str) -> Result<PathBuf, TrainError> {
-        let path = inside(&self.root, relative)
-            .expect("the program names its own files inside the run folder");
-        let mut manifest = Manifest::read(&self.root)?;
-        if manifest.files.insert(relative.to_string()) {
-            manifest.write(&self.root)?;
+        let path = self.record(relative)?;
+        if let Some((folder, _)) = relative.rsplit_once('/') {
+            files::create_folders(&self.root, folder)?;
         }
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| TrainError::io("creating", parent, e))?;
+        Ok(path)
+    }
+
+    /// As [`claim`](Self::claim), without creating the folder.
+    fn record(&self, relative: &str) -> Result<PathBuf, TrainError> {
+        let (path, found) = files::inside(&self.root, relative)?;
+        let mut manifest = Manifest::read(&self.root)?;
+        if !manifest.files.contains(relative) {
+            if found == Entry::File {
+                return Err(TrainError::NotOurs { path });
+            }
+            manifest.files.insert(relative.to_string());
+            manifest.write(&self.root)?;
         }
         Ok(path)
     }
 
     /// Records every file of the checkpoint of `step` in the manifest, before it is written.
+    /// Its folder is not created: it appears whole, renamed from a partial one
+    /// ([`checkpoint::save`]).
     ///
     /// # Errors
     ///
@@ -238,7 +323,7 @@ impl RunDir {
             checkpoint::folder_name(step)
         );
         for file in checkpoint::FILES {
-            self.claim(&format!("{folder}/{file}"))?;
+            self.record(&format!("{folder}/{file}"))?;
         }
         self.claim(&format!(
             "{}/{}",
@@ -319,7 +404,7 @@ impl RunDir {
     pub fn write_config(&self, config: &TrainConfig) -> Result<(), TrainError> {
         let json = serde_json::to_string_pretty(config).expect("TrainConfig is plain data");
         let path = self.claim(CONFIG_FILE)?;
-        std::fs::write(&path, json).map_err(|e| TrainError::io("writing", &path, e))
+        Ok(files::write_atomically(&path, json.as_bytes())?)
     }
 }
 
@@ -382,6 +467,7 @@ mod tests {
             std::fs::write(path, "mine").expect("written");
         }
 
+        drop(old);
         let fresh = RunDir::fresh(&root, true).expect("overwritten");
         assert!(!heatmap.exists() && !fresh.loss_plot_path_exists());
         assert!(!checkpoint.exists(), "an emptied folder of ours goes");
@@ -395,6 +481,7 @@ mod tests {
             );
         }
         assert_eq!(Manifest::read(&root).expect("parses"), Manifest::default());
+        drop(fresh);
 
         // A file at one of the run's places that no run of ours wrote is not overwritten.
         std::fs::write(root.join(METRICS_FILE), "mine").expect("written");
@@ -427,6 +514,86 @@ mod tests {
         for dir in [root, outside] {
             std::fs::remove_dir_all(dir).expect("cleanup");
         }
+    }
+
+    #[test]
+    fn a_second_run_into_a_locked_folder_is_refused_until_the_first_ends() {
+        let root = temp_root("lock");
+        let first = RunDir::fresh(&root, false).expect("created");
+        let err = RunDir::existing(&root).expect_err("locked");
+        assert!(matches!(err, TrainError::Locked { .. }), "{err}");
+        assert!(err.to_string().contains("another run"), "{err}");
+        drop(first);
+        RunDir::existing(&root).expect("free again");
+        std::fs::remove_dir_all(&root).expect("cleanup");
+    }
+
+    #[test]
+    fn links_where_the_run_writes_are_refused_and_never_followed() {
+        let root = temp_root("links");
+        let outside = temp_root("links-outside");
+        std::fs::create_dir_all(&outside).expect("created");
+        let victim = outside.join("victim.txt");
+        std::fs::write(&victim, "precious").expect("written");
+        let run = RunDir::fresh(&root, false).expect("created");
+        std::fs::write(run.head_heatmap(0, 0).expect("claimed"), "png").expect("written");
+        drop(run);
+
+        // The heatmap replaced by a link to a file outside: refused, the file untouched.
+        let heatmap = root.join("attention/layer0-head0.png");
+        std::fs::remove_file(&heatmap).expect("removed");
+        std::os::unix::fs::symlink(&victim, &heatmap).expect("linked");
+        let err = RunDir::fresh(&root, true).expect_err("a link");
+        assert!(matches!(err, TrainError::UnsafePath { .. }), "{err}");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        std::fs::remove_file(&heatmap).expect("unlinked");
+
+        // The checkpoints folder a link to another folder: refused before anything is removed.
+        std::os::unix::fs::symlink(&outside, root.join("checkpoints")).expect("linked");
+        let err = RunDir::fresh(&root, true).expect_err("a linked folder");
+        assert!(matches!(err, TrainError::UnsafePath { .. }), "{err}");
+        std::fs::remove_file(root.join("checkpoints")).expect("unlinked");
+
+        // A listed file reached through a linked folder is not removed.
+        std::os::unix::fs::symlink(&outside, root.join("sub")).expect("linked");
+        Manifest {
+            files: ["sub/victim.txt".to_string()].into(),
+        }
+        .write(&root)
+        .expect("written");
+        let run = RunDir::fresh(&root, true).expect("the link is left alone");
+        let err = run
+            .claim("sub/victim.txt")
+            .expect_err("never written through");
+        assert!(matches!(err, TrainError::UnsafePath { .. }), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).expect("kept"), "precious");
+        drop(run);
+        for dir in [root, outside] {
+            std::fs::remove_dir_all(dir).expect("cleanup");
+        }
+    }
+
+    #[test]
+    fn a_users_file_in_a_checkpoint_folder_stops_overwrite_before_anything_goes() {
+        let root = temp_root("checkpoint-user");
+        let run = RunDir::fresh(&root, false).expect("created");
+        run.claim_checkpoint(10).expect("claimed");
+        let folder = root.join("checkpoints/step-000010");
+        assert!(!folder.exists(), "the folder appears whole, when written");
+        std::fs::create_dir_all(&folder).expect("created");
+        for file in checkpoint::FILES {
+            std::fs::write(folder.join(file), "x").expect("written");
+        }
+        run.write_config(&TrainConfig::default()).expect("written");
+        drop(run);
+        std::fs::write(folder.join("README.txt"), "mine").expect("written");
+        let err = RunDir::fresh(&root, true).expect_err("not ours");
+        assert!(
+            matches!(&err, TrainError::NotOurs { path } if path.ends_with("README.txt")),
+            "{err}"
+        );
+        assert!(folder.join("model.bpk").exists(), "nothing removed yet");
+        std::fs::remove_dir_all(&root).expect("cleanup");
     }
 
     impl RunDir {

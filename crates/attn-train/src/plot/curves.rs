@@ -10,6 +10,7 @@ use plotters::prelude::*;
 use super::ticks::{Ticked, Ticks, linear_ticks, log_ticks, step_ticks};
 use super::{FAMILY, ensure_font, plot_error};
 use crate::error::TrainError;
+use crate::files;
 use crate::metrics::MetricsLog;
 
 /// One named line of a curve plot.
@@ -37,6 +38,22 @@ pub fn curves(
     series: &[Series<'_>],
     log_y: bool,
 ) -> Result<(), TrainError> {
+    files::replace_with(
+        path,
+        |tmp| curves_into(path, tmp, title, y_label, series, log_y),
+        |p, e| TrainError::io("writing", p, e),
+    )
+}
+
+/// [`curves`], drawn into the file `target` that replaces `path`.
+fn curves_into(
+    path: &Path,
+    target: &Path,
+    title: &str,
+    y_label: &str,
+    series: &[Series<'_>],
+    log_y: bool,
+) -> Result<(), TrainError> {
     let fail = plot_error(path);
     ensure_font().map_err(&fail)?;
     let points = || series.iter().flat_map(|s| s.points.iter().copied());
@@ -49,7 +66,7 @@ pub fn curves(
     let y_min = values.iter().copied().fold(f64::MAX, f64::min).min(y_max);
     let x_ticks = step_ticks(x_max);
 
-    let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
+    let root = BitMapBackend::new(target, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
     let mut builder = ChartBuilder::on(&root);
     builder

@@ -11,6 +11,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::{FAMILY, ensure_font, plot_error};
 use crate::error::TrainError;
+use crate::files;
 
 /// Colour of an attention weight in `[0, 1]` on plotters' viridis scale: dark for 0, yellow
 /// for 1. A weight that is not a number is drawn as 0 (plotters' scale cannot place it).
@@ -284,10 +285,17 @@ pub fn cross_heatmap(
 fn draw_one(path: &Path, title: &str, weights: &[f32], axes: &Axes) -> Result<(), TrainError> {
     let fail = plot_error(path);
     let layout = Labels::Large.layout(axes);
-    let root = BitMapBackend::new(path, (layout.width(), layout.height())).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    draw_heatmap(&root, &layout, title, weights, axes).map_err(&fail)?;
-    root.present().map_err(|e| fail(e.to_string()))
+    files::replace_with(
+        path,
+        |tmp| {
+            let root =
+                BitMapBackend::new(tmp, (layout.width(), layout.height())).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+            draw_heatmap(&root, &layout, title, weights, axes).map_err(&fail)?;
+            root.present().map_err(|e| fail(e.to_string()))
+        },
+        |p, e| TrainError::io("writing", p, e),
+    )
 }
 
 /// One head's attention weights for every layer and head of a model, in one picture: a row
@@ -328,18 +336,24 @@ pub fn heatmap_grid(
         layout.width() * n_heads.max(1) as u32,
         layout.height() * n_layers.max(1) as u32 + 40,
     );
-    let root = BitMapBackend::new(path, size).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
-    let root = root
-        .titled(title, (FAMILY, 22))
-        .map_err(|e| fail(e.to_string()))?;
-    let panels = root.split_evenly((n_layers.max(1), n_heads.max(1)));
-    for (layer, head, w) in maps {
-        let panel = &panels[layer * n_heads + head];
-        let panel_title = format!("layer {layer}, head {head}");
-        draw_heatmap(panel, &layout, &panel_title, w, &axes).map_err(&fail)?;
-    }
-    root.present().map_err(|e| fail(e.to_string()))
+    files::replace_with(
+        path,
+        |tmp| {
+            let root = BitMapBackend::new(tmp, size).into_drawing_area();
+            root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
+            let root = root
+                .titled(title, (FAMILY, 22))
+                .map_err(|e| fail(e.to_string()))?;
+            let panels = root.split_evenly((n_layers.max(1), n_heads.max(1)));
+            for (layer, head, w) in maps {
+                let panel = &panels[layer * n_heads + head];
+                let panel_title = format!("layer {layer}, head {head}");
+                draw_heatmap(panel, &layout, &panel_title, w, &axes).map_err(&fail)?;
+            }
+            root.present().map_err(|e| fail(e.to_string()))
+        },
+        |p, e| TrainError::io("writing", p, e),
+    )
 }
 
 /// Draws one heatmap into `area` at `layout`: caption, cells, ticks and labels outside the

@@ -379,9 +379,5 @@ fn encode(
 
 /// Replaces `path` with `bytes` through a temporary file in the same folder and a rename.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), TextError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(|e| TextError::io("writing", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| TextError::io("renaming", &tmp, e))
+    crate::files::write_atomically(path, bytes).map_err(|(p, e)| TextError::io("writing", &p, e))
 }

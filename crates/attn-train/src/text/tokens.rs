@@ -110,7 +110,7 @@ fn map_read_only(file: &File, path: &Path) -> Result<memmap2::Mmap, TextError> {
     unsafe { memmap2::Mmap::map(file) }.map_err(|e| TextError::io("mapping", path, e))
 }
 
-/// Writes ids to a token file: to `path` with `.partial` added, renamed to `path` when done.
+/// Writes ids to a token file: to a temporary file beside `path`, renamed to `path` when done.
 pub struct TokenWriter {
     out: BufWriter<File>,
     partial: PathBuf,
@@ -125,10 +125,12 @@ impl TokenWriter {
     ///
     /// [`TextError::Io`] when it cannot be created.
     pub fn create(path: &Path) -> Result<Self, TextError> {
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
-        let file = File::create(&partial).map_err(|e| TextError::io("creating", &partial, e))?;
+        let partial =
+            crate::files::temporary(path).map_err(|e| TextError::io("creating", path, e))?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&partial)
+            .map_err(|e| TextError::io("creating", &partial, e))?;
         Ok(Self {
             out: BufWriter::new(file),
             partial,

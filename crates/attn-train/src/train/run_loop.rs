@@ -172,6 +172,7 @@ fn check(
     options: &RunOptions,
 ) -> Result<Device, TrainError> {
     config.validate()?;
+    crate::budget::check(config, crate::budget::available())?;
     let Some(device) = devices.first().cloned() else {
         return Err(TrainError::Config("no device to train on".into()));
     };

@@ -45,6 +45,8 @@ pub(super) fn start(
     };
     let mut config = config.clone();
     config.task.load_text(run_dir.as_ref(), options.resume)?;
+    // The text's vocabulary is known only now.
+    crate::budget::check(&config, crate::budget::available())?;
     let schedule = config.schedule();
     train_device.seed(random::init_seed(config.seed));
     let mut start = Start {

@@ -211,11 +211,7 @@ pub fn write_page(path: &std::path::Path, page: &str) -> Result<(), crate::Train
             )));
         }
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
-    let tmp = std::path::PathBuf::from(tmp);
-    std::fs::write(&tmp, page).map_err(|e| TrainError::io("writing", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| TrainError::io("renaming", &tmp, e))
+    Ok(crate::files::write_atomically(path, page.as_bytes())?)
 }
 
 /// What every page holds, and other files do not: its data element.
