@@ -110,6 +110,14 @@ pub enum ModelError {
         /// The longest length accepted.
         max_len: usize,
     },
+    /// A prompt and a number of new tokens whose sum does not fit in a `usize`.
+    #[error("a prompt of {prompt} tokens and {new} new tokens are more than any cache can hold")]
+    TooManyTokens {
+        /// Tokens in the prompt.
+        prompt: usize,
+        /// New tokens asked for.
+        new: usize,
+    },
     /// A decoding step that would write past the end of the key/value cache.
     #[error(
         "the key/value cache holds {capacity} tokens per sequence; {filled} are written and \

@@ -264,7 +264,17 @@ impl<'a> Generation<'a> {
         config.validate()?;
         let [batch, seq_len] = prompt.tokens.dims();
         let left_pad = check_left_pad(prompt.left_pad.as_deref(), batch, seq_len)?;
-        let capacity = config.capacity.unwrap_or(seq_len + config.max_new_tokens);
+        let capacity = match config.capacity {
+            Some(capacity) => capacity,
+            None => {
+                seq_len
+                    .checked_add(config.max_new_tokens)
+                    .ok_or(ModelError::TooManyTokens {
+                        prompt: seq_len,
+                        new: config.max_new_tokens,
+                    })?
+            }
+        };
         let mut cache = cache_for(batch, capacity, &left_pad)?;
         let history = config.repetition_penalty.map(|_| {
             let ids = prompt

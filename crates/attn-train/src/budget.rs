@@ -195,7 +195,7 @@ pub fn check(config: &TrainConfig, available: Option<u64>) -> Result<(), TrainEr
         need: human(estimate.total()),
         available: human(available as u128),
         part: format!(
-            "{} take {} ({})",
+            "{}: {} ({})",
             largest.what,
             human(largest.bytes),
             largest.settings
@@ -220,7 +220,7 @@ mod tests {
         let err = check(&wide, Some(8 << 30)).expect_err("too large");
         let message = err.to_string();
         assert!(message.contains("--d-model 100000000"), "{message}");
-        assert!(message.contains("8.6 GB available"), "{message}");
+        assert!(message.contains("8.6 GB is available"), "{message}");
         assert!(message.contains("parameters"), "{message}");
     }
 

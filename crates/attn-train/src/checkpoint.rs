@@ -83,14 +83,37 @@ pub struct CheckpointManifest {
 }
 
 /// The size and SHA-256 of `path`.
+///
+/// The file is streamed through the hash, not held in memory, and only a regular file is
+/// opened: a FIFO or a device in its place would block or never end.
 fn file_record(path: &Path, name: &str) -> Result<FileRecord, std::io::Error> {
-    let bytes = std::fs::read(path)?;
-    let digest = Sha256::digest(&bytes);
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "it is not a regular file",
+        ));
+    }
+    let mut hasher = Sha256::new();
+    let size = std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
     Ok(FileRecord {
         name: name.to_string(),
-        size: bytes.len() as u64,
-        sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        size,
+        sha256: hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
     })
+}
+
+/// The most a checkpoint's `manifest.json` or `state.json` may hold.
+const SMALL_FILE_LIMIT: u64 = 16 << 20;
+
+/// The text of a checkpoint's small JSON file `path`: a regular file of at most
+/// [`SMALL_FILE_LIMIT`] bytes, in UTF-8.
+fn read_small(path: &Path) -> Result<String, String> {
+    let bytes = crate::text::read_bounded(path, SMALL_FILE_LIMIT).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|e| format!("it is not UTF-8 ({e})"))
 }
 
 /// The loop's state at a checkpoint.
@@ -292,7 +315,7 @@ pub fn verify_files(dir: &Path, files: &[&str]) -> Result<usize, TrainError> {
         reason,
     };
     let manifest_path = dir.join(MANIFEST_FILE);
-    let text = std::fs::read_to_string(&manifest_path)
+    let text = read_small(&manifest_path)
         .map_err(|e| corrupt(&manifest_path, format!("cannot read it: {e}")))?;
     let manifest: CheckpointManifest = serde_json::from_str(&text)
         .map_err(|e| corrupt(&manifest_path, format!("bad JSON: {e}")))?;
@@ -323,7 +346,7 @@ pub fn verify_files(dir: &Path, files: &[&str]) -> Result<usize, TrainError> {
         }
     }
     let state_path = dir.join(STATE_FILE);
-    let text = std::fs::read_to_string(&state_path)
+    let text = read_small(&state_path)
         .map_err(|e| corrupt(&state_path, format!("cannot read it: {e}")))?;
     let state: TrainState =
         serde_json::from_str(&text).map_err(|e| corrupt(&state_path, format!("bad JSON: {e}")))?;
@@ -468,8 +491,8 @@ pub fn load(
     };
 
     let state_path = dir.join(STATE_FILE);
-    let text = std::fs::read_to_string(&state_path)
-        .map_err(|e| corrupt(&state_path, format!("cannot read: {e}")))?;
+    let text =
+        read_small(&state_path).map_err(|e| corrupt(&state_path, format!("cannot read: {e}")))?;
     let state: TrainState =
         serde_json::from_str(&text).map_err(|e| corrupt(&state_path, format!("bad JSON: {e}")))?;
     // Checked before the scheduler moves on by the steps done, one call a step.

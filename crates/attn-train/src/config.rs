@@ -18,6 +18,8 @@ use crate::schedule::{Decay, LrSchedule};
 use crate::tasks::{Architecture, Size, TaskConfig, TaskKind};
 use crate::text::TokenizerChoice;
 
+/// The most bytes a configuration file may hold.
+pub const CONFIG_FILE_LIMIT: u64 = 1 << 20;
 /// The positional schemes by their command-line names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -590,14 +592,19 @@ impl TrainConfig {
         serde_json::json!({ "task": self.task, "model": self.model, "seed": self.seed })
     }
 
-    /// Reads a configuration from a JSON file (as [`from_json`](Self::from_json)).
+    /// Reads a configuration from a JSON file (as [`from_json`](Self::from_json)): a regular
+    /// file of at most [`CONFIG_FILE_LIMIT`] bytes.
     ///
     /// # Errors
     ///
-    /// [`TrainError::Io`] when the file cannot be read, [`TrainError::Config`] naming the JSON
-    /// problem.
+    /// [`TrainError::Text`] when the file cannot be read, is not a regular file or is too
+    /// large, [`TrainError::Config`] naming the JSON problem.
     pub fn from_file(path: &Path) -> Result<Self, TrainError> {
-        let text = std::fs::read_to_string(path).map_err(|e| TrainError::io("reading", path, e))?;
+        // A regular file of a sensible size only: a FIFO would block, /dev/zero never end.
+        let bytes = crate::text::read_bounded(path, CONFIG_FILE_LIMIT)?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            TrainError::Config(format!("{} is not UTF-8 text: {e}", path.display()))
+        })?;
         Self::from_json(&text).map_err(|e| match e {
             TrainError::Config(reason) => {
                 TrainError::Config(format!("{}: {reason}", path.display()))

@@ -176,8 +176,8 @@ pub enum TrainError {
     },
     /// A run that would need more memory than the machine has available.
     #[error(
-        "this run would need about {need} of memory, but {available} available: {part}; \
-         make those smaller"
+        "this run would need about {need} of memory, but {available} is available; the most \
+         goes to {part}; make those smaller"
     )]
     TooLarge {
         /// The estimate ([`crate::budget::estimate`]).

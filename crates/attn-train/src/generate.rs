@@ -21,6 +21,7 @@ use attn_model::{GenerateConfig, Prompt, Sampling, TokenDecoder};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::checkpoint;
+use crate::config::TrainConfig;
 use crate::error::TrainError;
 use crate::model::Model;
 use crate::run_dir;
@@ -120,7 +121,9 @@ pub fn generate(
     let prompt = task
         .generation_prompt(&request.prompt)
         .map_err(TrainError::Config)?;
-    let settings = GenerateConfig::new(request.max_new_tokens.unwrap_or(task.answer_len()))
+    let new_tokens = request.max_new_tokens.unwrap_or(task.answer_len());
+    check_cache(&config, prompt.tokens.len(), new_tokens)?;
+    let settings = GenerateConfig::new(new_tokens)
         .with_sampling(request.sampling.clone().unwrap_or_default())
         .with_seed(request.seed);
     let generation = match (&model, prompt.source) {
@@ -159,6 +162,36 @@ pub fn generate(
         names,
         sum,
     })
+}
+
+/// Refuses a generation whose key/value cache, allocated for the prompt and every new token
+/// before the first is produced, would be past the model's learned positions or the memory
+/// available.
+fn check_cache(config: &TrainConfig, prompt: usize, new: usize) -> Result<(), TrainError> {
+    let tokens = prompt as u128 + new as u128;
+    if let attn_pos::PositionalScheme::Learned { max_len } = config.model.pos
+        && tokens > max_len as u128
+    {
+        return Err(TrainError::Config(format!(
+            "a prompt of {prompt} tokens and --max-new-tokens {new} need {tokens} positions, but \
+             the model learned {max_len}; ask for at most {} new tokens",
+            max_len.saturating_sub(prompt)
+        )));
+    }
+    // Keys and values of every layer (self- and cross-attention), f32.
+    let per_token = 2 * 2 * config.model.n_layers as u128 * config.model.d_model as u128 * 4;
+    let bytes = tokens.saturating_mul(per_token);
+    if let Some(available) = crate::budget::available()
+        && bytes > available as u128
+    {
+        return Err(TrainError::Config(format!(
+            "a prompt of {prompt} tokens and --max-new-tokens {new} need a key/value cache of \
+             about {}, but {} is available; ask for fewer new tokens",
+            crate::budget::human(bytes),
+            crate::budget::human(available as u128)
+        )));
+    }
+    Ok(())
 }
 
 /// A `text` run's continuation of the prompt, streamed in whole characters.
@@ -200,4 +233,32 @@ fn generate_text(
         tokens: ids.into_iter().map(i64::from).collect(),
         sum: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_pos::PositionalScheme;
+
+    #[test]
+    fn a_cache_past_the_learned_positions_or_the_memory_is_refused_with_the_numbers() {
+        let mut config = TrainConfig::default();
+        config.model.pos = PositionalScheme::Learned { max_len: 16 };
+        check_cache(&config, 8, 8).expect("fits the table");
+        let err = check_cache(&config, 8, usize::MAX).expect_err("past the table");
+        let message = err.to_string();
+        assert!(
+            message.contains("need 18446744073709551623 positions")
+                && message.contains("at most 8 new tokens"),
+            "{message}"
+        );
+
+        config.model.pos = PositionalScheme::Sinusoidal { base: 10_000.0 };
+        check_cache(&config, 8, 1000).expect("a small cache");
+        let err = check_cache(&config, 8, usize::MAX).expect_err("no machine holds it");
+        assert!(
+            err.to_string().contains("key/value cache of about"),
+            "{err}"
+        );
+    }
 }

@@ -164,7 +164,38 @@ struct GenerateArgs {
     device: Option<String>,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}", report(&error));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `error` and its causes, one a line, as anyhow prints them, but each cause whose text the
+/// line before already holds left out: an error that prints its source inside its own message
+/// would otherwise say the same thing twice.
+fn report(error: &anyhow::Error) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !lines.last().is_some_and(|last| last.contains(&text)) {
+            lines.push(text);
+        }
+    }
+    let mut out = format!("Error: {}", lines[0]);
+    if lines.len() > 1 {
+        out.push_str("\n\nCaused by:");
+        for line in &lines[1..] {
+            out.push_str(&format!("\n    {line}"));
+        }
+    }
+    out
+}
+
+fn run() -> Result<()> {
     #[cfg(feature = "mimalloc")]
     attn_train::allocator::keep_freed_memory();
     let matches = Cli::command().get_matches();
@@ -523,6 +554,22 @@ mod tests {
             .try_get_matches_from(command_line)
             .expect("flags parse");
         refused_with_resume(&matches)
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_above_it_is_printed_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("model config: {0}")]
+        struct Outer(#[source] std::io::Error);
+        let inner = std::io::Error::other("cannot read m/config.json: missing field");
+        let error = anyhow::Error::new(Outer(inner)).context("loading m");
+        assert_eq!(
+            report(&error),
+            "Error: loading m\n\nCaused by:\n    model config: cannot read m/config.json: \
+             missing field"
+        );
+        let plain = anyhow::anyhow!("a fault");
+        assert_eq!(report(&plain), "Error: a fault");
     }
 
     #[test]

@@ -234,8 +234,13 @@ impl MetricsLog {
     }
 }
 
+/// The most bytes `metrics.csv` or `timings.csv` may hold (a million rows and more).
+const METRICS_LIMIT: u64 = 256 << 20;
+
 fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, TrainError> {
-    let mut reader = csv::Reader::from_path(path).map_err(|e| csv_error(path, e))?;
+    // A regular file of a sensible size only: a FIFO would block, /dev/zero never end.
+    let bytes = crate::text::read_bounded(path, METRICS_LIMIT)?;
+    let mut reader = csv::Reader::from_reader(bytes.as_slice());
     reader
         .deserialize()
         .collect::<Result<Vec<T>, _>>()

@@ -43,6 +43,8 @@ pub const CONFIG_FILE: &str = "config.json";
 pub const METRICS_FILE: &str = "metrics.csv";
 /// The list of the files the program wrote into the run folder.
 pub const MANIFEST_FILE: &str = "manifest.json";
+/// The most bytes a run folder's manifest may hold.
+const MANIFEST_LIMIT: u64 = 64 << 20;
 /// The loss curve in the run folder.
 pub const LOSS_PLOT: &str = "loss.png";
 /// The accuracy curve in the run folder.
@@ -77,12 +79,14 @@ impl Manifest {
     /// [`TrainError::Io`] when it cannot be read, [`TrainError::Config`] when it does not parse.
     pub fn read(root: &Path) -> Result<Self, TrainError> {
         let path = root.join(MANIFEST_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str(&text)
-                .map_err(|e| TrainError::Config(format!("{} does not parse: {e}", path.display()))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(e) => Err(TrainError::io("reading", &path, e)),
+        if files::entry(&path).map_err(|e| TrainError::io("examining", &path, e))? == Entry::Missing
+        {
+            return Ok(Self::default());
         }
+        // A regular file of a sensible size only: a FIFO would block, /dev/zero never end.
+        let bytes = crate::text::read_bounded(&path, MANIFEST_LIMIT)?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| TrainError::Config(format!("{} does not parse: {e}", path.display())))
     }
 
     fn write(&self, root: &Path) -> Result<(), TrainError> {

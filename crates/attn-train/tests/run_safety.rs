@@ -355,6 +355,10 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
     };
     let beta = config("beta.json", r#"{"optim": {"beta_1": 1.5}}"#);
     let epsilon = config("epsilon.json", r#"{"optim": {"epsilon": -1.0}}"#);
+    let learned = config(
+        "learned.json",
+        r#"{"model": {"pos": {"Learned": {"max_len": 1000000000000}}}}"#,
+    );
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["--vocab", "3000000000"], "vocab is 3000000000"),
         (vec!["--n-layers", "0"], "n_layers is 0"),
@@ -372,6 +376,23 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
         ),
         (vec!["--stop-at", "0"], "--stop-at is 0"),
         (vec!["--checkpoint-seconds", "-5"], "got -5"),
+        (
+            vec!["--warmup-steps", "5"],
+            "warmup_steps is 5 but the run has 2 steps",
+        ),
+        // Sizes the machine cannot hold: refused with the estimate before any allocation.
+        (vec!["--d-model", "100000000"], "--d-model 100000000"),
+        (vec!["--n-layers", "100000000"], "--n-layers 100000000"),
+        (vec!["--d-ff", "10000000000"], "--d-ff 10000000000"),
+        (vec!["--batch-size", "100000000"], "--batch-size 100000000"),
+        (
+            vec!["--eval-sequences", "1000000000"],
+            "--eval-sequences 1000000000",
+        ),
+        (
+            vec!["--task", "copy", "--vocab", "100000000"],
+            "100000000 classes",
+        ),
     ];
     for (extra, expected) in cases {
         let out = temp("refused", d.name);
@@ -389,8 +410,33 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
             "{extra:?}: {expected:?} once in {message}"
         );
         assert!(!message.contains("panicked"), "{extra:?}: {message}");
+        // The sizes of eight digits and more, but the vocabulary past i32 that the task refuses.
+        if expected.contains("00000") && !expected.starts_with("vocab is") {
+            assert!(message.contains("would need about"), "{extra:?}: {message}");
+        }
         assert!(!out.exists(), "{extra:?}: {} was written", out.display());
     }
+
+    // A learned table of 10^12 positions from a file (the tiny run's --seq-len would resize
+    // it, so the run is the default one).
+    let out = temp("refused-learned", d.name);
+    let output = attn_train(&[
+        "--config".into(),
+        learned,
+        "--out".into(),
+        out.display().to_string(),
+    ]);
+    let message = stderr(&output);
+    assert!(
+        !output.status.success(),
+        "a table of 10^12 positions accepted"
+    );
+    assert!(
+        message.contains("a learned table of 1000000000000 positions")
+            && message.contains("would need about"),
+        "{message}"
+    );
+    assert!(!out.exists());
 
     // Fewer steps than a checkpoint has done: refused, config.json and the manifest untouched.
     let run = temp("refused-resume", d.name);
@@ -512,4 +558,182 @@ fn the_same_seed_twice_writes_the_same_metrics() {
             std::fs::remove_dir_all(run).expect("cleanup");
         }
     });
+}
+
+/// The bytes of every regular file under `dir` (links not followed), by relative path.
+fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for entry in std::fs::read_dir(dir).expect("readable") {
+            let path = entry.expect("entry").path();
+            let kind = path.symlink_metadata().expect("examined").file_type();
+            if kind.is_dir() {
+                walk(root, &path, out);
+            } else if kind.is_file() {
+                let relative = path.strip_prefix(root).expect("inside");
+                out.push((relative.display().to_string(), read(&path)));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn links_and_users_files_where_the_run_writes_stop_it_and_stay_as_they_are() {
+    let d = &attn_testing::devices()[0];
+    let base = temp("links", d.name);
+    let (run, other) = (base.join("run"), base.join("other"));
+    let victim = base.join("victim.txt");
+    std::fs::create_dir_all(&base).expect("created");
+    std::fs::write(&victim, "precious").expect("written");
+    let run_arg = run.display().to_string();
+    for dir in [&run, &other] {
+        train(
+            d.name,
+            &["--steps", "2", "--out", &dir.display().to_string()],
+        );
+    }
+    let others = contents(&other);
+    let overwrite = || {
+        let output = attn_train(&tiny(
+            d.name,
+            &["--steps", "2", "--quiet", "--out", &run_arg, "--overwrite"],
+        ));
+        assert!(!output.status.success(), "the run went ahead");
+        let message = stderr(&output);
+        assert!(!message.contains("panicked"), "{message}");
+        message
+    };
+
+    // A heatmap's place linked to a file outside the folder.
+    let heatmap = run.join("attention/layer0-head0.png");
+    std::fs::create_dir_all(heatmap.parent().expect("inside")).expect("created");
+    std::os::unix::fs::symlink(&victim, &heatmap).expect("linked");
+    let message = overwrite();
+    assert!(
+        message.contains("layer0-head0.png is a symbolic link"),
+        "{message}"
+    );
+    std::fs::remove_file(&heatmap).expect("unlinked");
+
+    // A user's picture where a heatmap goes, which no run wrote.
+    std::fs::write(&heatmap, "my picture").expect("written");
+    let message = overwrite();
+    assert!(
+        message.contains("is not a file of an earlier run"),
+        "{message}"
+    );
+    assert_eq!(read(&heatmap), b"my picture");
+    std::fs::remove_file(&heatmap).expect("removed");
+
+    // A user's file inside a checkpoint folder of the run.
+    let readme = run.join("checkpoints/step-000002/README.txt");
+    std::fs::write(&readme, "my notes").expect("written");
+    let message = overwrite();
+    assert!(message.contains("README.txt"), "{message}");
+    assert_eq!(read(&readme), b"my notes");
+    assert!(run.join("checkpoints/step-000002/model.bpk").is_file());
+    std::fs::remove_file(&readme).expect("removed");
+
+    // The checkpoints folder a link to another run's.
+    std::fs::rename(run.join("checkpoints"), base.join("ours")).expect("moved");
+    std::os::unix::fs::symlink(other.join("checkpoints"), run.join("checkpoints")).expect("ln");
+    let message = overwrite();
+    assert!(message.contains("symbolic link"), "{message}");
+
+    assert_eq!(read(&victim), b"precious");
+    assert!(contents(&other) == others, "the other run's files changed");
+    std::fs::remove_dir_all(&base).expect("cleanup");
+}
+
+#[test]
+fn a_second_run_into_a_folder_in_use_is_refused_and_a_listed_file_behind_a_link_is_kept() {
+    let d = &attn_testing::devices()[0];
+    let base = temp("in-use", d.name);
+    let run = base.join("run");
+    let run_arg = run.display().to_string();
+    train(d.name, &["--steps", "2", "--out", &run_arg]);
+
+    // Another process holding the folder's lock, as a run writing there does.
+    let held = std::fs::File::open(&run).expect("opened");
+    held.try_lock().expect("locked");
+    for args in [
+        ["--resume", &run_arg, "--steps", "3", "--quiet"]
+            .map(String::from)
+            .to_vec(),
+        tiny(
+            d.name,
+            &["--steps", "2", "--quiet", "--out", &run_arg, "--overwrite"],
+        ),
+    ] {
+        let output = attn_train(&args);
+        let message = stderr(&output);
+        assert!(!output.status.success(), "{args:?} went ahead");
+        assert!(message.contains("is in use by another run"), "{message}");
+    }
+    drop(held);
+    let resumed = attn_train(&["--resume", &run_arg, "--steps", "3", "--quiet"].map(String::from));
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+
+    // A manifest entry reached through a linked folder: the file behind the link stays.
+    let outside = base.join("outside");
+    std::fs::create_dir_all(&outside).expect("created");
+    std::fs::write(outside.join("x"), "mine").expect("written");
+    std::os::unix::fs::symlink(&outside, run.join("sub")).expect("linked");
+    let manifest = run.join("manifest.json");
+    let mut listed: serde_json::Value =
+        serde_json::from_slice(&read(&manifest)).expect("the manifest parses");
+    listed["files"]
+        .as_array_mut()
+        .expect("a list")
+        .push("sub/x".into());
+    std::fs::write(&manifest, listed.to_string()).expect("written");
+    train(d.name, &["--steps", "2", "--out", &run_arg, "--overwrite"]);
+    assert_eq!(read(&outside.join("x")), b"mine");
+    std::fs::remove_dir_all(&base).expect("cleanup");
+}
+
+#[test]
+fn fifos_and_names_that_are_not_utf8_are_refused_before_anything_is_written() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = &attn_testing::devices()[0];
+    let base = temp("fifo", d.name);
+    std::fs::create_dir_all(&base).expect("created");
+    let fifo = base.join("config.json");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let out = base.join("out");
+    let output = attn_train(&tiny(
+        d.name,
+        &[
+            "--steps",
+            "2",
+            "--config",
+            &fifo.display().to_string(),
+            "--out",
+            &out.display().to_string(),
+        ],
+    ));
+    let message = stderr(&output);
+    assert!(!output.status.success());
+    assert!(message.contains("is not a regular file"), "{message}");
+    assert!(!out.exists());
+
+    let bad = base.join(std::ffi::OsStr::from_bytes(b"run-\xff"));
+    let output = Command::new(env!("CARGO_BIN_EXE_attn-train"))
+        .args(tiny(d.name, &["--steps", "2"]))
+        .arg("--out")
+        .arg(&bad)
+        .output()
+        .expect("attn-train runs");
+    let message = stderr(&output);
+    assert!(!output.status.success());
+    assert!(message.contains("is not valid UTF-8"), "{message}");
+    assert!(!bad.exists(), "nothing was written");
+    std::fs::remove_dir_all(&base).expect("cleanup");
 }

@@ -51,7 +51,9 @@ pub fn continue_text(
     }
     let keep = how.window / 2;
     let mut context: Vec<u32> = prompt[prompt.len().saturating_sub(how.window - 1)..].to_vec();
-    let mut out = Vec::with_capacity(how.new_tokens);
+    // Grown as tokens come: a request for more tokens than memory holds fails when memory
+    // runs out, not before the first token.
+    let mut out = Vec::with_capacity(how.new_tokens.min(1 << 16));
     let mut restart = 0;
     while out.len() < how.new_tokens {
         if context.len() >= how.window {

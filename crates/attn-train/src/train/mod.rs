@@ -150,6 +150,18 @@ pub(crate) mod tests {
     use crate::config::PosName;
     use crate::tasks::{TaskConfig, TaskKind};
 
+    /// Sets every weight to NaN.
+    pub(crate) struct Poison;
+
+    impl burn::module::ModuleMapper for Poison {
+        fn map_float<const D: usize>(
+            &mut self,
+            param: burn::module::Param<burn::tensor::Tensor<D>>,
+        ) -> burn::module::Param<burn::tensor::Tensor<D>> {
+            param.map(|weights| weights.mul_scalar(f32::NAN))
+        }
+    }
+
     /// burn's random generator is global per backend: training runs take turns.
     pub(crate) static TRAINING: Mutex<()> = Mutex::new(());
 

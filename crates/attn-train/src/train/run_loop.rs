@@ -364,11 +364,12 @@ mod tests {
                 config.batch_size = 16;
                 config.eval_every = 15;
                 config.eval_sequences = 8;
-                let one = TrainConfig {
+                let mut one = TrainConfig {
                     steps: 1,
                     eval_every: 1,
                     ..config.clone()
                 };
+                one.optim.warmup_steps = 1;
                 let first = run_on(&one, d.device.clone(), &quiet(None)).expect("one step");
                 assert_eq!(first.steps, 1);
                 let summary = run_on(&config, d.device.clone(), &quiet(None)).expect("trains");

@@ -138,22 +138,12 @@ pub(super) fn start(
 mod tests {
     use attn_testing::for_each_device;
 
-    use super::super::tests::{TRAINING, quiet, temp_out, tiny};
+    use super::super::tests::{Poison, TRAINING, quiet, temp_out, tiny};
 
-    use burn::module::{Module, ModuleMapper, Param};
-    use burn::tensor::Tensor;
+    use burn::module::Module;
     use sha2::{Digest, Sha256};
 
     use crate::model::Model;
-
-    /// Sets every weight to NaN.
-    struct Poison;
-
-    impl ModuleMapper for Poison {
-        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-            param.map(|weights| weights.mul_scalar(f32::NAN))
-        }
-    }
 
     /// Recomputes the size and SHA-256 of every file a checkpoint's manifest lists, as a
     /// deliberate forger would.
@@ -261,6 +251,52 @@ mod tests {
             let err = run_on(&config, d.device.clone(), &resume).expect_err("NaN weights");
             assert!(matches!(err, TrainError::CorruptCheckpoint { .. }), "{err}");
             assert!(err.to_string().contains("are NaN or infinite"), "{err}");
+
+            // An optimizer's state from another model, its hashes recomputed: refused by the
+            // shapes of its tensors, not dropped or applied to the wrong weights.
+            std::fs::remove_dir_all(&out).expect("cleanup");
+            run_on(&config, d.device.clone(), &quiet(Some(out.clone()))).expect("trains");
+            let other_out = temp_out("corrupt-other", d.name);
+            run_on(&other, d.device.clone(), &quiet(Some(other_out.clone())))
+                .expect("the other model trains");
+            let dir = checkpoint::latest(&out)
+                .expect("readable")
+                .expect("a checkpoint");
+            let theirs = checkpoint::latest(&other_out)
+                .expect("readable")
+                .expect("a checkpoint");
+            let ours = std::fs::read(dir.join("optimizer.bpk")).expect("ours");
+            std::fs::copy(theirs.join("optimizer.bpk"), dir.join("optimizer.bpk")).expect("copy");
+            rehash(&dir);
+            let err = run_on(&config, d.device.clone(), &resume).expect_err("foreign state");
+            assert!(
+                matches!(err, TrainError::CheckpointMismatch { .. }),
+                "{err}"
+            );
+            assert!(err.to_string().contains("another model's"), "{err}");
+            std::fs::write(dir.join("optimizer.bpk"), ours).expect("restored");
+            rehash(&dir);
+
+            // A step past the run's, forged with its folder, manifest and hashes: refused
+            // before the scheduler would replay that many steps.
+            let forged_step = 1usize << 60;
+            let forged = dir.with_file_name(checkpoint::folder_name(forged_step));
+            std::fs::rename(&dir, &forged).expect("renamed");
+            for file in ["state.json", "manifest.json"] {
+                let path = forged.join(file);
+                let mut json: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
+                json["step"] = forged_step.into();
+                std::fs::write(&path, json.to_string()).expect("written");
+            }
+            rehash(&forged);
+            checkpoint::verify(&forged).expect("the forgery passes the checksums");
+            let err = run_on(&config, d.device.clone(), &resume).expect_err("absurd step");
+            assert!(
+                matches!(err, TrainError::FewerStepsThanDone { done, .. } if done == forged_step),
+                "{err}"
+            );
+            std::fs::remove_dir_all(&other_out).expect("cleanup");
 
             let empty = temp_out("empty", d.name);
             let resume_empty = RunOptions {

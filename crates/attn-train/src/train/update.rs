@@ -269,3 +269,62 @@ pub fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use attn_testing::for_each_device;
+    use burn::module::Module;
+
+    use super::super::tests::{Poison, tiny};
+    use super::*;
+    use crate::config::PosName;
+    use crate::loss::loss_function;
+    use crate::random::Rng;
+    use crate::tasks::TaskKind;
+
+    /// A NaN in the weights reaches the loss and every weight the step writes: nothing between
+    /// them (a clamp, a max, a mask) turns it back into numbers, which would hide a divergence.
+    #[test]
+    fn nan_weights_make_the_loss_nan_and_the_step_keeps_them_nan() {
+        for_each_device(|d| {
+            for kind in [TaskKind::Copy, TaskKind::Add, TaskKind::Translate] {
+                let mut config = tiny(d, kind, 2);
+                config.model.dropout = 0.0;
+                config.model.pos = PosName::Learned.scheme(config.task.model_seq_len());
+                let device = d.device.clone().autodiff();
+                let model = Model::init(&config, &device)
+                    .expect("valid")
+                    .map(&mut Poison);
+                let batch = config.task.batch(config.batch_size, &mut Rng::new(1));
+                let loss_fn = loss_function(&config.task, &device);
+                let logits = model.logits(&batch, &device).expect("runs");
+                let finite = logits.is_finite().int().sum().into_scalar::<i64>();
+                assert_eq!(finite, 0, "{kind}: {finite} finite logits");
+                let mut optim = optimizer(&config.optim);
+                let (model, loss) = update(
+                    model,
+                    &mut optim,
+                    &loss_fn,
+                    &batch,
+                    1e-3,
+                    Some(1.0),
+                    &device,
+                )
+                .expect("a step");
+                assert!(loss.is_nan(), "{kind}: the loss is {loss}");
+                let mut count = FiniteWeights::default();
+                model.visit(&mut count);
+                assert_eq!(count.0, 0, "{kind}: {} weights finite again", count.0);
+            }
+        });
+    }
+
+    #[derive(Default)]
+    struct FiniteWeights(i64);
+
+    impl ModuleVisitor for FiniteWeights {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0 += param.val().is_finite().int().sum().into_scalar::<i64>();
+        }
+    }
+}
