@@ -124,7 +124,7 @@ impl MultiHeadAttentionConfig {
         }
         check_nonzero("d_context", self.context_width())?;
         check_dropout(self.dropout)?;
-        self.position().map(|_| ())
+        self.check_position()
     }
 
     /// Builds the module after [`validate`](Self::validate).
@@ -159,6 +159,18 @@ impl MultiHeadAttentionConfig {
             position: self.position()?,
             strategy: self.strategy,
         })
+    }
+
+    /// Checks the positional scheme as [`position`](Self::position) would build it, allocating
+    /// nothing: a rotary scheme's frequencies number `d_head / 2`, and `d_head` may come from a
+    /// file.
+    fn check_position(&self) -> Result<(), ModelError> {
+        match &self.pos {
+            PositionalScheme::Rotary { theta, scaling, .. } => {
+                Ok(RotaryEncoding::check(self.d_head(), *theta, *scaling)?)
+            }
+            _ => self.position().map(|_| ()),
+        }
     }
 
     /// The positional scheme as attention applies it.

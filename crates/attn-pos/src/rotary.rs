@@ -197,6 +197,18 @@ impl RotaryEncoding {
         Self::scaled(d_head, theta, pairing, RotaryScaling::None)
     }
 
+    /// Checks the settings [`scaled`](Self::scaled) takes without building anything: its
+    /// frequency ladder holds `d_head / 2` values, so a configuration's validation must not
+    /// build it before the sizes are known to be affordable.
+    ///
+    /// # Errors
+    ///
+    /// As [`scaled`](Self::scaled).
+    pub fn check(d_head: usize, theta: f64, scaling: RotaryScaling) -> Result<(), PosError> {
+        validate(d_head, theta)?;
+        scaling.validate()
+    }
+
     /// Rotations whose frequencies `theta^(-2j / d_head)` are then rescaled by `scaling`.
     ///
     /// # Errors
@@ -209,8 +221,7 @@ impl RotaryEncoding {
         pairing: RotaryPairing,
         scaling: RotaryScaling,
     ) -> Result<Self, PosError> {
-        validate(d_head, theta)?;
-        scaling.validate()?;
+        Self::check(d_head, theta, scaling)?;
         let inv_freq: Vec<f64> = (0..d_head / 2)
             .map(|j| scaling.rescale(theta.powf(-((2 * j) as f64) / d_head as f64)))
             .collect();

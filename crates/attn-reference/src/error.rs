@@ -34,6 +34,12 @@ pub enum ReferenceError {
         /// The number of values stored.
         len: usize,
     },
+    /// A tensor whose shape holds more values than a `usize` counts.
+    #[error("shape {shape:?} holds more values than a usize counts")]
+    ShapeOverflow {
+        /// The stored shape.
+        shape: Vec<usize>,
+    },
     /// A tensor asked for with another rank than it has.
     #[error("expected a rank-{rank} tensor, got shape {shape:?}")]
     Rank {
@@ -41,6 +47,17 @@ pub enum ReferenceError {
         rank: usize,
         /// The stored shape.
         shape: Vec<usize>,
+    },
+    /// A value of a tensor read as integers (token ids, masks) outside the 32-bit integers
+    /// every backend's `Int` tensors hold.
+    #[error(
+        "value {value} at flat index {index} is outside the 32-bit integers an Int tensor holds"
+    )]
+    IntegerOutOfRange {
+        /// Where the value is, in row-major order.
+        index: usize,
+        /// The value.
+        value: f32,
     },
     /// A value of a tensor read as integers (token ids, masks) that is not a whole number.
     #[error("value {value} at flat index {index} is not an integer")]

@@ -88,13 +88,10 @@ impl Gpt2Reference {
         read(&folder.join(FILE))
     }
 
-    /// The greedy run's new tokens: `greedy_ids` after the prompt.
+    /// The greedy run's new tokens: `greedy_ids` after the prompt (none when a malformed file
+    /// has no more `greedy_ids` than prompt ids).
     pub fn new_tokens(&self) -> Vec<i64> {
-        let prompt = self.prompt_ids.data.len();
-        self.greedy_ids.data[prompt..]
-            .iter()
-            .map(|&id| id as i64)
-            .collect()
+        new_tokens(&self.prompt_ids, &self.greedy_ids)
     }
 }
 
@@ -173,12 +170,15 @@ impl CausalLmReference {
         read(&folder.join(FILE))
     }
 
-    /// The greedy run's new tokens: `greedy_ids` after the prompt.
+    /// The greedy run's new tokens: `greedy_ids` after the prompt (none when a malformed file
+    /// has no more `greedy_ids` than prompt ids).
     pub fn new_tokens(&self) -> Vec<i64> {
-        let prompt = self.prompt_ids.data.len();
-        self.greedy_ids.data[prompt..]
-            .iter()
-            .map(|&id| id as i64)
-            .collect()
+        new_tokens(&self.prompt_ids, &self.greedy_ids)
     }
+}
+
+/// `greedy` after the `prompt`'s length, as ids.
+fn new_tokens(prompt: &RefTensor, greedy: &RefTensor) -> Vec<i64> {
+    let new = greedy.data.get(prompt.data.len()..).unwrap_or_default();
+    new.iter().map(|&id| id as i64).collect()
 }

@@ -88,8 +88,9 @@ impl RefTensor {
     ///
     /// # Errors
     ///
-    /// As [`RefTensor::try_tensor`], and [`ReferenceError::NotInteger`] for the first value
-    /// that is not a whole number.
+    /// As [`RefTensor::try_tensor`], [`ReferenceError::NotInteger`] for the first value that
+    /// is not a whole number, and [`ReferenceError::IntegerOutOfRange`] for the first outside
+    /// the 32-bit integers.
     pub fn try_int_tensor<const D: usize>(
         &self,
         device: &Device,
@@ -100,10 +101,13 @@ impl RefTensor {
             .iter()
             .enumerate()
             .map(|(index, &value)| {
-                if value.fract() == 0.0 {
-                    Ok(value as i64)
-                } else {
+                if value.fract() != 0.0 {
                     Err(ReferenceError::NotInteger { index, value })
+                } else if !(-2_147_483_648.0..2_147_483_648.0).contains(&value) {
+                    // Past i32, burn panics converting the data to a backend's Int type.
+                    Err(ReferenceError::IntegerOutOfRange { index, value })
+                } else {
+                    Ok(value as i64)
                 }
             })
             .collect::<Result<Vec<i64>, _>>()?;
@@ -124,7 +128,13 @@ impl RefTensor {
     }
 
     fn check_size(&self) -> Result<(), ReferenceError> {
-        let needed = self.shape.iter().product();
+        let needed = self
+            .shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| ReferenceError::ShapeOverflow {
+                shape: self.shape.clone(),
+            })?;
         if needed == self.data.len() {
             Ok(())
         } else {
@@ -211,6 +221,17 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_shape_past_usize_is_refused_naming_it() {
+        let err =
+            parse(r#"{"shape": [4294967296, 4294967296], "data": []}"#).expect_err("2^64 values");
+        assert!(
+            err.to_string()
+                .contains("shape [4294967296, 4294967296] holds more values than a usize counts"),
+            "{err}"
+        );
     }
 
     #[test]

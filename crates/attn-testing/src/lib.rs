@@ -1,12 +1,15 @@
 //! Test support shared by the workspace: the compiled-in devices every test body runs on,
 //! the reference vectors and their closeness checks (from `attn_reference`, re-exported here
-//! with assertions that print the largest difference), and a seeded generator of random inputs.
+//! with assertions that print the largest difference), a seeded generator of random inputs, and
+//! the mutations of valid files that the fuzz tests feed to the file readers ([`mutate`]).
 //!
 //! This crate is a dev-dependency only. It turns on every burn backend so that one test
 //! binary covers flex, ndarray and wgpu; `ATTN_TEST_DEVICES=flex,ndarray` narrows the list.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
+
+pub mod mutate;
 
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use rand::{Rng, SeedableRng};

@@ -7,7 +7,7 @@
 //! byte-level tokens) is handed on. Generation stops at the folder's end-of-text ids, at the
 //! user's stop strings, or after `max_new_tokens`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -89,8 +89,7 @@ impl FolderModel {
         let config: LlamaConfig = attn_model::hf::read_config(folder)?;
         let lm = CausalLm::from_pretrained(folder, device)?;
         let tokenizer_path = folder.join(TOKENIZER_FILE);
-        let tokenizer = Tokenizer::from_file(&tokenizer_path)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", tokenizer_path.display()))?;
+        let tokenizer = crate::text::tokenizer::read_tokenizer(&tokenizer_path)?;
         let defaults = GenerationDefaults::from_folder(folder)?;
         let template = ChatTemplate::from_folder(folder)?;
         // Rotary positions have no table to run out of: a chat may outgrow
@@ -442,9 +441,12 @@ impl<'a> Chat<'a> {
 ///
 /// # Errors
 /// When the file cannot be read, or holds no prompt.
-pub fn read_prompts(path: &PathBuf) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(path)
+pub fn read_prompts(path: &Path) -> Result<Vec<String>> {
+    // A regular file of a sensible size only: a FIFO would block, /dev/zero never end.
+    let bytes = crate::text::read_bounded(path, 64 << 20)
         .with_context(|| format!("cannot read the prompts in {}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .with_context(|| format!("the prompts in {} are not UTF-8", path.display()))?;
     let prompts: Vec<String> = text
         .lines()
         .filter(|l| !l.trim().is_empty())

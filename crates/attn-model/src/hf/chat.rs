@@ -24,6 +24,11 @@
 //! `chat_template.jinja` when the folder has one, else `tokenizer_config.json`'s
 //! `chat_template` (a string, or a list of named templates of which the one named `"default"`
 //! is taken). Only regular files of at most [`CHAT_MAX_BYTES`] are read.
+//!
+//! A template is a program from the model folder, so a rendering is bounded: it runs at most
+//! [`CHAT_RENDER_FUEL`] instructions (minijinja's fuel) and [`CHAT_RECURSION_LIMIT`] levels of
+//! nested calls and blocks, and writes at most [`CHAT_PROMPT_MAX_BYTES`]; past any of these it
+//! ends in [`ChatError::RenderLimit`] instead of looping, recursing or growing without end.
 
 use std::fmt;
 use std::fs;
@@ -44,6 +49,27 @@ pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
 /// The most bytes read from one file of a model folder by this module and by
 /// [`GenerationDefaults`](super::generation_config::GenerationDefaults): 4 MiB.
 pub const CHAT_MAX_BYTES: u64 = 4 << 20;
+
+/// The most instructions one rendering runs (minijinja's fuel, one unit per instruction):
+/// Qwen3's and Llama 3's templates spend a few hundred per message, so this allows
+/// conversations of tens of thousands of messages while a loop of `range(100000)` nested in
+/// another ends within a second or so.
+pub const CHAT_RENDER_FUEL: u64 = 20_000_000;
+
+/// The deepest nesting of calls, blocks and loops one rendering reaches (minijinja's recursion
+/// counter; a macro call counts several levels): a macro that calls itself without end stops
+/// here, well before the thread's stack would.
+pub const CHAT_RECURSION_LIMIT: usize = 200;
+
+/// The most operators (`+`, `~`, `|`, calls, `and`, `if`...`else`, ...) one tag may chain, and
+/// the most `elif` branches one template may hold. minijinja builds each into a tree as deep as
+/// it is long, and compiles and drops that tree by recursion: ten thousand overflow a thread's
+/// 2 MiB stack, three thousand do not. Hugging Face's templates use a few dozen.
+pub const CHAT_MAX_CHAIN: usize = 500;
+
+/// The most bytes one rendering writes, and the most `tojson` writes for one value: 16 MiB,
+/// a thousand times a long conversation's prompt.
+pub const CHAT_PROMPT_MAX_BYTES: u64 = 16 << 20;
 
 /// The name the template is compiled under; minijinja's errors name it.
 const TEMPLATE_NAME: &str = "chat_template";
@@ -142,6 +168,17 @@ pub enum ChatError {
         /// What went wrong.
         reason: String,
     },
+    /// A rendering that ran past one of its bounds: [`CHAT_RENDER_FUEL`] instructions,
+    /// [`CHAT_RECURSION_LIMIT`] levels, or [`CHAT_PROMPT_MAX_BYTES`] of output.
+    #[error("chat template{}: {what} {limit}, so the rendering stopped", line.map(|n| format!(" line {n}")).unwrap_or_default())]
+    RenderLimit {
+        /// The template's line where it stopped, when minijinja knows it.
+        line: Option<usize>,
+        /// Which bound (`"ran more instructions than"`, ...).
+        what: &'static str,
+        /// The bound.
+        limit: u64,
+    },
     /// The template called `raise_exception(message)`: it refuses the conversation (roles
     /// that do not alternate, a role it does not know).
     #[error("the chat template refused the conversation: {message}")]
@@ -233,11 +270,15 @@ impl ChatTemplate {
     /// Compiles `source` with transformers' settings.
     ///
     /// # Errors
-    /// [`ChatError::Template`], with the line, when `source` does not compile.
+    /// [`ChatError::Template`], with the line, when `source` does not compile or chains more
+    /// than [`CHAT_MAX_CHAIN`] operators in one tag or `elif` branches in all.
     pub fn new(source: String, special: SpecialTokens) -> Result<ChatTemplate, ChatError> {
+        check_chains(&source)?;
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(CHAT_RENDER_FUEL));
+        env.set_recursion_limit(CHAT_RECURSION_LIMIT);
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_formatter(python_formatter);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -258,8 +299,10 @@ impl ChatTemplate {
     /// `add_generation_prompt` asks the template to open the assistant's turn.
     ///
     /// # Errors
-    /// [`ChatError::Raised`] when the template calls `raise_exception`, [`ChatError::Template`]
-    /// for any other failure (an undefined attribute, a type error).
+    /// [`ChatError::Raised`] when the template calls `raise_exception`,
+    /// [`ChatError::RenderLimit`] when it runs past [`CHAT_RENDER_FUEL`] instructions, nests
+    /// deeper than [`CHAT_RECURSION_LIMIT`] or writes more than [`CHAT_PROMPT_MAX_BYTES`],
+    /// [`ChatError::Template`] for any other failure (an undefined attribute, a type error).
     pub fn render(
         &self,
         messages: &[ChatMessage],
@@ -279,7 +322,19 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|err| template_error(&err))?;
-        template.render(inputs).map_err(|err| render_error(&err))
+        let mut prompt = BoundedOutput::default();
+        match template.render_captured_to(inputs, &mut prompt) {
+            Ok(_) => String::from_utf8(prompt.bytes).map_err(|e| ChatError::Template {
+                line: None,
+                reason: format!("the rendering is not UTF-8 ({e})"),
+            }),
+            Err(_) if prompt.overflowed => Err(ChatError::RenderLimit {
+                line: None,
+                what: "wrote more bytes than",
+                limit: CHAT_PROMPT_MAX_BYTES,
+            }),
+            Err(err) => Err(render_error(&err)),
+        }
     }
 
     /// The template's text, as it was given or read.
@@ -290,6 +345,30 @@ impl ChatTemplate {
     /// The special tokens the template renders with.
     pub fn special_tokens(&self) -> &SpecialTokens {
         &self.special
+    }
+}
+
+/// The rendering's output, refusing to grow past [`CHAT_PROMPT_MAX_BYTES`].
+#[derive(Default)]
+struct BoundedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() as u64 + buf.len() as u64 > CHAT_PROMPT_MAX_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other(format!(
+                "the prompt would pass {CHAT_PROMPT_MAX_BYTES} bytes"
+            )));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -384,7 +463,7 @@ pub(crate) fn wrong_type(
 }
 
 /// What a file that is not a regular file is, for an error.
-fn describe(file_type: fs::FileType) -> &'static str {
+pub(crate) fn describe(file_type: fs::FileType) -> &'static str {
     if file_type.is_dir() {
         return "a folder";
     }
@@ -453,6 +532,108 @@ fn default_template(path: &Path, template: &Json) -> Result<String, ChatError> {
         path: path.display().to_string(),
         names,
     })
+}
+
+/// Refuses a template with a tag that chains more than [`CHAT_MAX_CHAIN`] operators, or with
+/// more than [`CHAT_MAX_CHAIN`] `elif` branches, before minijinja parses it into a tree too
+/// deep for the stack. Tags are `{{ ... }}` and `{% ... %}`; comments and the insides of string
+/// literals are skipped.
+fn check_chains(source: &str) -> Result<(), ChatError> {
+    let bytes = source.as_bytes();
+    let too_deep = |at: usize, reason: String| ChatError::Template {
+        line: Some(1 + bytes[..at].iter().filter(|&&b| b == b'\n').count()),
+        reason,
+    };
+    let mut elifs = 0;
+    let mut at = 0;
+    while let Some(open) = memchr(b'{', bytes, at) {
+        let close: &[u8] = match bytes.get(open + 1) {
+            Some(b'{') => b"}}",
+            Some(b'%') => b"%}",
+            Some(b'#') => {
+                at = find(bytes, open + 2, b"#}").map_or(bytes.len(), |end| end + 2);
+                continue;
+            }
+            _ => {
+                at = open + 1;
+                continue;
+            }
+        };
+        let mut operators = 0;
+        let mut first_word = None;
+        let mut i = open + 2;
+        while i < bytes.len() && !bytes[i..].starts_with(close) {
+            match bytes[i] {
+                quote @ (b'\'' | b'"') => {
+                    i += 1;
+                    while i < bytes.len() && bytes[i] != quote {
+                        i += if bytes[i] == b'\\' { 2 } else { 1 };
+                    }
+                }
+                b'+' | b'-' | b'*' | b'/' | b'%' | b'~' | b'|' | b'(' | b'[' | b'.' | b'<'
+                | b'>' | b'=' | b'!' => operators += 1,
+                b if b.is_ascii_alphabetic() || b == b'_' => {
+                    let start = i;
+                    while i + 1 < bytes.len()
+                        && (bytes[i + 1].is_ascii_alphanumeric() || bytes[i + 1] == b'_')
+                    {
+                        i += 1;
+                    }
+                    let word = &bytes[start..=i];
+                    first_word.get_or_insert(word);
+                    if matches!(
+                        word,
+                        b"and" | b"or" | b"not" | b"in" | b"is" | b"if" | b"else"
+                    ) {
+                        operators += 1;
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        if operators > CHAT_MAX_CHAIN {
+            return Err(too_deep(
+                open,
+                format!(
+                    "a tag chains {operators} operators, more than the {CHAT_MAX_CHAIN} this \
+                     crate compiles in one tag"
+                ),
+            ));
+        }
+        if close == b"%}" && first_word == Some(b"elif") {
+            elifs += 1;
+            if elifs > CHAT_MAX_CHAIN {
+                return Err(too_deep(
+                    open,
+                    format!(
+                        "more than {CHAT_MAX_CHAIN} elif branches, the most this crate \
+                         compiles in one template"
+                    ),
+                ));
+            }
+        }
+        at = i + 2;
+    }
+    Ok(())
+}
+
+/// The first `byte` of `bytes` at or after `from`.
+fn memchr(byte: u8, bytes: &[u8], from: usize) -> Option<usize> {
+    bytes
+        .get(from..)?
+        .iter()
+        .position(|&b| b == byte)
+        .map(|i| from + i)
+}
+
+/// The first `needle` in `bytes` at or after `from`.
+fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    bytes
+        .get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|i| from + i)
 }
 
 /// Rewrites transformers' `{% generation %}` ... `{% endgeneration %}` tags, which mark the
@@ -542,7 +723,16 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
         Some(indent) if indent.is_none() => None,
         Some(indent) => Some(match indent.as_str() {
             Some(text) => text.to_string(),
-            None => " ".repeat(usize::try_from(i64::try_from(indent)?.max(0)).unwrap_or(0)),
+            None => {
+                let width = i64::try_from(indent)?;
+                if width > TOJSON_MAX_INDENT {
+                    return Err(invalid(&format!(
+                        "tojson: indent {width} is wider than the {TOJSON_MAX_INDENT} spaces \
+                         this filter writes"
+                    )));
+                }
+                " ".repeat(usize::try_from(width.max(0)).unwrap_or(0))
+            }
         }),
     };
     let (item_separator, key_separator) = match separators {
@@ -570,6 +760,20 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
     let mut out = String::new();
     style.write(value, 0, &mut out)?;
     Ok(Value::from(out))
+}
+
+/// The widest `indent` `tojson` takes as a number of spaces.
+const TOJSON_MAX_INDENT: i64 = 1024;
+
+/// Refuses a `tojson` output that has grown past [`CHAT_PROMPT_MAX_BYTES`] (a long indent or
+/// separator repeated for every item and level).
+fn check_tojson_length(out: &str) -> Result<(), Error> {
+    if out.len() as u64 > CHAT_PROMPT_MAX_BYTES {
+        return Err(invalid(&format!(
+            "tojson: the JSON text passed {CHAT_PROMPT_MAX_BYTES} bytes"
+        )));
+    }
+    Ok(())
 }
 
 fn invalid(message: &str) -> Error {
@@ -635,23 +839,26 @@ impl JsonStyle {
                 if i > 0 {
                     out.push_str(&self.item_separator);
                 }
-                self.newline(level + 1, out);
+                self.newline(level + 1, out)?;
                 write_item(i, out)?;
+                check_tojson_length(out)?;
             }
-            self.newline(level, out);
+            self.newline(level, out)?;
         }
         out.push(close);
         Ok(())
     }
 
     /// With an indent, a new line indented `level` times.
-    fn newline(&self, level: usize, out: &mut String) {
+    fn newline(&self, level: usize, out: &mut String) -> Result<(), Error> {
         if let Some(indent) = &self.indent {
             out.push('\n');
             for _ in 0..level {
                 out.push_str(indent);
+                check_tojson_length(out)?;
             }
         }
+        Ok(())
     }
 
     /// A JSON string as Python escapes it: `\"`, `\\`, `\n`, `\r`, `\t`, `\b`, `\f`, other
@@ -770,9 +977,28 @@ fn template_error(err: &Error) -> ChatError {
     }
 }
 
-/// [`ChatError::Raised`] when `raise_exception` failed the rendering, else
+/// [`ChatError::Raised`] when `raise_exception` failed the rendering,
+/// [`ChatError::RenderLimit`] when the fuel or the recursion limit ran out, else
 /// [`template_error`].
 fn render_error(err: &Error) -> ChatError {
+    let limit = match err.kind() {
+        ErrorKind::OutOfFuel => Some(("ran more instructions than", CHAT_RENDER_FUEL)),
+        ErrorKind::InvalidOperation
+            if err
+                .detail()
+                .is_some_and(|detail| detail.contains("recursion limit exceeded")) =>
+        {
+            Some(("nested deeper than", CHAT_RECURSION_LIMIT as u64))
+        }
+        _ => None,
+    };
+    if let Some((what, limit)) = limit {
+        return ChatError::RenderLimit {
+            line: err.line(),
+            what,
+            limit,
+        };
+    }
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(inner) = cause {
         if let Some(RaisedByTemplate(message)) = inner.downcast_ref::<RaisedByTemplate>() {

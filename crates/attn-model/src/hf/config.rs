@@ -42,8 +42,8 @@ pub(crate) fn read_bounded(path: &Path, max_bytes: u64) -> Result<String, String
     let metadata = std::fs::metadata(path).map_err(|e| e.to_string())?;
     if !metadata.is_file() {
         return Err(format!(
-            "not a regular file (it is a {:?}); only a regular file is read",
-            metadata.file_type()
+            "it is {}; only a regular file is read",
+            super::chat::describe(metadata.file_type())
         ));
     }
     if metadata.len() > max_bytes {

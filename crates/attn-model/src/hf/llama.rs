@@ -337,38 +337,47 @@ impl LlamaConfig {
     }
 
     /// The one window every layer uses, or none; layers that mix the two are refused.
+    ///
+    /// The layers are counted, not listed: `num_hidden_layers` comes from the file, and is
+    /// checked against the weights only after this.
     fn window(&self, architecture: Architecture) -> Result<Option<usize>, ModelError> {
-        let sliding: Vec<bool> = match (&self.layer_types, architecture) {
-            (Some(types), _) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    "full_attention" => Ok(false),
-                    "sliding_attention" => Ok(true),
-                    other => Err(unsupported(
-                        "layer_types",
-                        format!("\"{other}\""),
-                        "\"full_attention\" or \"sliding_attention\"",
-                    )),
-                })
-                .collect::<Result<_, _>>()?,
-            (None, Architecture::Mistral) => {
-                vec![self.sliding_window.is_some(); self.num_hidden_layers]
+        let layers = self.num_hidden_layers;
+        // How many layers slide, and how many attend to every position.
+        let (sliding, full) = match (&self.layer_types, architecture) {
+            (Some(types), _) => {
+                let mut sliding = 0;
+                for t in types {
+                    match t.as_str() {
+                        "full_attention" => {}
+                        "sliding_attention" => sliding += 1,
+                        other => {
+                            return Err(unsupported(
+                                "layer_types",
+                                format!("\"{other}\""),
+                                "\"full_attention\" or \"sliding_attention\"",
+                            ));
+                        }
+                    }
+                }
+                (sliding, types.len() - sliding)
             }
-            (None, Architecture::Qwen2 | Architecture::Qwen3) => {
-                let from = self.max_window_layers.unwrap_or(self.num_hidden_layers);
-                (0..self.num_hidden_layers)
-                    .map(|i| self.use_sliding_window == Some(true) && i >= from)
-                    .collect()
+            (None, Architecture::Mistral) if self.sliding_window.is_some() => (layers, 0),
+            (None, Architecture::Qwen2 | Architecture::Qwen3)
+                if self.use_sliding_window == Some(true) =>
+            {
+                // Layers from max_window_layers on slide.
+                let from = self.max_window_layers.unwrap_or(layers).min(layers);
+                (layers - from, from)
             }
-            (None, Architecture::Llama) => vec![false; self.num_hidden_layers],
+            (None, _) => (0, layers),
         };
         // Qwen's layer_types name sliding layers even when use_sliding_window is false.
         let sliding_used = match architecture {
             Architecture::Qwen2 | Architecture::Qwen3 => self.use_sliding_window == Some(true),
             _ => true,
         };
-        let any = sliding_used && sliding.iter().any(|&s| s);
-        let all = sliding_used && sliding.iter().all(|&s| s);
+        let any = sliding_used && sliding > 0;
+        let all = sliding_used && full == 0;
         match (any, all, self.sliding_window) {
             (false, _, _) => Ok(None),
             (true, true, Some(window)) => {
@@ -382,11 +391,7 @@ impl LlamaConfig {
             )),
             (true, false, _) => Err(unsupported(
                 "layer_types",
-                format!(
-                    "{} sliding and {} full-attention layers",
-                    sliding.iter().filter(|&&s| s).count(),
-                    sliding.iter().filter(|&&s| !s).count()
-                ),
+                format!("{sliding} sliding and {full} full-attention layers"),
                 "every layer sliding or none",
             )),
         }

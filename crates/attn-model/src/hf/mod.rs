@@ -41,8 +41,8 @@ use std::path::Path;
 
 pub use bert::{Bert, BertOutput};
 pub use chat::{
-    CHAT_MAX_BYTES, CHAT_TEMPLATE_FILE, ChatError, ChatMessage, ChatTemplate, SpecialTokens,
-    TOKENIZER_CONFIG_FILE,
+    CHAT_MAX_BYTES, CHAT_MAX_CHAIN, CHAT_PROMPT_MAX_BYTES, CHAT_RECURSION_LIMIT, CHAT_RENDER_FUEL,
+    CHAT_TEMPLATE_FILE, ChatError, ChatMessage, ChatTemplate, SpecialTokens, TOKENIZER_CONFIG_FILE,
 };
 pub use config::{BertConfig, CONFIG_FILE, CONFIG_MAX_BYTES, Gpt2Config, read_config};
 pub use generation_config::{GENERATION_CONFIG_FILE, GenerationDefaults};

@@ -104,6 +104,50 @@ impl<'de> Deserialize<'de> for TokenizerChoice {
     }
 }
 
+/// Reads a `tokenizer.json` into `tokenizers`' own type: a regular file of at most
+/// [`TOKENIZER_MAX_BYTES`], checked first for what `tokenizers` 0.22 panics on instead of
+/// refusing (JSON that does not parse inside its `decoder`, a `FixedLength` pre-tokenizer of
+/// length 0, which panics on the first text it cuts).
+///
+/// # Errors
+///
+/// [`TextError::NotAFile`], [`TextError::TooLarge`] or [`TextError::Io`] for the file,
+/// [`TextError::BadTokenizer`] naming it when it is not a tokenizer `tokenizers` can use.
+pub(crate) fn read_tokenizer(path: &Path) -> Result<Tokenizer, TextError> {
+    let bytes = super::read_bounded(path, TOKENIZER_MAX_BYTES)?;
+    let bad = |reason: String| TextError::BadTokenizer {
+        path: path.to_path_buf(),
+        reason,
+    };
+    serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|e| bad(e.to_string()))?;
+    let inner = Tokenizer::from_bytes(&bytes).map_err(|e| bad(e.to_string()))?;
+    let pre_tokenizer =
+        serde_json::to_value(inner.get_pre_tokenizer()).map_err(|e| bad(e.to_string()))?;
+    if let Some(found) = zero_length_pieces(&pre_tokenizer) {
+        return Err(bad(format!(
+            "its pre_tokenizer {found} cuts pieces of 0 characters; the length must be at least 1"
+        )));
+    }
+    Ok(inner)
+}
+
+/// A `FixedLength` pre-tokenizer of length 0 within `pre_tokenizer` (a `Sequence` nests
+/// others), as JSON.
+fn zero_length_pieces(pre_tokenizer: &serde_json::Value) -> Option<String> {
+    match pre_tokenizer {
+        serde_json::Value::Object(map) => {
+            if map.get("type").and_then(|t| t.as_str()) == Some("FixedLength")
+                && map.get("length").and_then(|l| l.as_u64()) == Some(0)
+            {
+                return Some(pre_tokenizer.to_string());
+            }
+            map.values().find_map(zero_length_pieces)
+        }
+        serde_json::Value::Array(items) => items.iter().find_map(zero_length_pieces),
+        _ => None,
+    }
+}
+
 /// A text run's tokenizer: text to token ids and back.
 #[derive(Clone)]
 pub struct TextTokenizer {
@@ -174,12 +218,7 @@ impl TextTokenizer {
     /// [`TextError::NotAFile`], [`TextError::TooLarge`] or [`TextError::Io`] for the file,
     /// [`TextError::BadTokenizer`] naming it when `tokenizers` cannot read it.
     pub fn read(path: &Path) -> Result<Self, TextError> {
-        let bytes = super::read_bounded(path, TOKENIZER_MAX_BYTES)?;
-        let inner = Tokenizer::from_bytes(&bytes).map_err(|e| TextError::BadTokenizer {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        Ok(Self { inner })
+        read_tokenizer(path).map(|inner| Self { inner })
     }
 
     /// The tokenizer as `tokenizer.json` text.
