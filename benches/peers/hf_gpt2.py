@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Hugging Face transformers peer of `attn-bench hf-gpt2`: one GPT-2-small folder, loaded by both sides.
+"""Hugging Face transformers peer of `attn-bench hf`: one GPT-2-small folder, loaded by both sides.
 
     /root/peers/bin/python benches/peers/hf_gpt2.py --write /tmp/gpt2-small
     /root/peers/bin/python benches/peers/hf_gpt2.py --folder /tmp/gpt2-small --threads 2 > hf_gpt2.jsonl
-    cargo run --release -p attn-bench -- hf-gpt2 /tmp/gpt2-small --json >> hf_gpt2.jsonl
+    cargo run --release -p attn-bench -- hf /tmp/gpt2-small --json >> hf_gpt2.jsonl
 
 transformers and PyTorch are not dependencies of this project; install them (the CPU build is
 enough) to run this.

@@ -1,60 +1,129 @@
-//! A Hugging Face GPT-2 folder, timed as transformers times it in `benches/peers/hf_gpt2.py`:
-//! the prompt processed once (`hf_gpt2_prefill`), then one new token at a time against the
-//! key/value cache (`hf_gpt2_decode`).
+//! A Hugging Face folder (GPT-2, or Llama, Qwen2, Qwen3 and Mistral), timed as transformers
+//! times it in `benches/peers/hf_gpt2.py` and `benches/peers/hf_llama.py`: the prompt processed
+//! once (`hf_<model_type>_prefill`), then one new token at a time against the key/value cache
+//! (`hf_<model_type>_decode`).
 //!
 //! ```text
 //! /root/peers/bin/python benches/peers/hf_gpt2.py --write /tmp/gpt2-small
-//! cargo run --release -p attn-bench -- hf-gpt2 /tmp/gpt2-small --json
+//! cargo run --release -p attn-bench -- hf /tmp/gpt2-small --json
+//! /root/peers/bin/python benches/peers/hf_llama.py write --shape smollm2-135m /tmp/smollm2
+//! cargo run --release -p attn-bench -- hf /tmp/smollm2 --prompt 128
 //! ```
 //!
-//! The folder is loaded with [`attn_model::hf::Gpt2::from_pretrained`]; the lines have the
+//! The folder is loaded with [`attn_model::hf::Gpt2::from_pretrained`] or
+//! [`attn_model::hf::CausalLm::from_pretrained`], as its `model_type` says; the lines have the
 //! bench's format, `impl` `attn`, `seq_len` the prompt's length, batch 1.
+//!
+//! Decoding one token reads every weight once, so its speed is bounded by the memory's
+//! bandwidth: [`MemoryWall`] sets the decode time against `bytes of weights ÷ bandwidth`, the
+//! bandwidth measured by [`crate::machine::read_bandwidth`].
 
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use attn_model::hf::{Gpt2, Gpt2Config, read_config};
-use attn_model::{KvCache, TokenDecoderInput};
+use attn_model::hf::{CausalLm, Gpt2, Gpt2Config, LlamaConfig, read_config};
+use attn_model::{KvCache, TokenDecoder, TokenDecoderInput};
+use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 use crate::cases::{Pass, SEED, Step, finish};
 use crate::record::Record;
 use crate::timing::{Budget, measure};
 
-/// Tokens the decode case adds to the prompt's cache before it processes the prompt again.
+/// Tokens the decode case adds to the prompt's cache before it processes the prompt again
+/// (fewer where the model's positions end sooner).
 const HEADROOM: usize = 256;
 
-/// The prefill and decode lines of the GPT-2 folder at `folder` on `device`, for a prompt of
-/// `prompt_len` seeded token ids.
+/// `config.json`'s `model_type`, the one field every folder has.
+#[derive(Deserialize)]
+struct ModelType {
+    model_type: String,
+}
+
+/// What the bench needs to know of a folder before loading it.
+struct Shape {
+    model_type: String,
+    /// Positions the model has, `None` where it has no limit.
+    positions: Option<usize>,
+    n_heads: usize,
+    d_head: usize,
+}
+
+/// The shape of the model in `folder`, from its `config.json`.
+fn shape(folder: &Path) -> Result<Shape> {
+    let ModelType { model_type } = read_config(folder)?;
+    Ok(if model_type == "gpt2" {
+        let config: Gpt2Config = read_config(folder)?;
+        Shape {
+            model_type,
+            positions: Some(config.n_positions),
+            n_heads: config.n_head,
+            d_head: config.n_embd / config.n_head.max(1),
+        }
+    } else {
+        let config: LlamaConfig = read_config(folder)?;
+        let heads = config.num_attention_heads;
+        Shape {
+            model_type,
+            positions: config.max_position_embeddings,
+            n_heads: heads,
+            d_head: config.head_dim.unwrap_or(config.hidden_size / heads.max(1)),
+        }
+    })
+}
+
+/// The decoder in the folder of `model_type`.
+fn load(folder: &Path, model_type: &str, device: &Device) -> Result<TokenDecoder> {
+    let loading = || format!("loading {}", folder.display());
+    Ok(if model_type == "gpt2" {
+        Gpt2::from_pretrained(folder, device)
+            .with_context(loading)?
+            .into_model()
+    } else {
+        CausalLm::from_pretrained(folder, device)
+            .with_context(loading)?
+            .into_model()
+    })
+}
+
+/// The prefill and decode lines of the model folder at `folder` on `device`, for a prompt of
+/// `prompt_len` seeded token ids, and the model they timed.
 ///
 /// # Errors
 /// When the folder cannot be loaded or the prompt does not fit its positions; a failure of a
 /// run becomes its line's `error`.
-pub fn gpt2_records(
+pub fn folder_records(
     folder: &Path,
     device: &Device,
     device_name: &str,
     prompt_len: usize,
     budget: &Budget,
-) -> Result<Vec<Record>> {
-    let config: Gpt2Config = read_config(folder)?;
-    let (n_heads, d_head) = (config.n_head, config.n_embd / config.n_head.max(1));
+) -> Result<(Vec<Record>, TokenDecoder)> {
     if prompt_len == 0 {
         bail!("a prompt needs at least one token, got 0");
     }
-    let capacity = prompt_len.saturating_add(HEADROOM);
-    if capacity > config.n_positions {
-        bail!(
-            "a prompt of {prompt_len} tokens and {HEADROOM} new ones pass the {} positions of {}",
-            config.n_positions,
-            folder.display()
-        );
+    let Shape {
+        model_type,
+        positions,
+        n_heads,
+        d_head,
+    } = shape(folder)?;
+    let mut capacity = prompt_len.saturating_add(HEADROOM);
+    if let Some(positions) = positions {
+        if prompt_len >= positions {
+            bail!(
+                "a prompt of {prompt_len} tokens leaves no room for a new token in the \
+                 {positions} positions of {}",
+                folder.display()
+            );
+        }
+        capacity = capacity.min(positions);
     }
-    let model = Gpt2::from_pretrained(folder, device)
-        .with_context(|| format!("loading {}", folder.display()))?
-        .into_model();
+    let model = load(folder, &model_type, device)?;
+    let timed = model.clone();
     let vocab = model.vocab();
     let mut rng = ChaCha8Rng::seed_from_u64(SEED);
     let mut ids = |n: usize| {
@@ -64,7 +133,7 @@ pub fn gpt2_records(
     let prompt = ids(prompt_len);
     let token = ids(1);
     let prefill = {
-        let (model, prompt) = (model.clone(), prompt.clone());
+        let (model, prompt) = (timed.clone(), prompt.clone());
         move || -> Result<(KvCache, Tensor<3>)> {
             let mut cache = model.new_cache(1, capacity, None)?;
             let logits = model
@@ -89,7 +158,7 @@ pub fn gpt2_records(
                 Some(c) if c.filled() < capacity => c,
                 _ => prefill()?.0,
             };
-            let logits = model
+            let logits = timed
                 .try_forward(TokenDecoderInput::new(token.clone()).with_cache(&mut current))?
                 .logits; // [batch, 1, vocab]
             cache = Some(current);
@@ -99,12 +168,12 @@ pub fn gpt2_records(
 
     let mut records = Vec::new();
     for (name, mut step) in [
-        ("hf_gpt2_prefill", prefill_step),
-        ("hf_gpt2_decode", decode_step),
+        (format!("hf_{model_type}_prefill"), prefill_step),
+        (format!("hf_{model_type}_decode"), decode_step),
     ] {
         let record = Record::named(
             "attn",
-            name,
+            &name,
             Pass::Forward,
             device_name,
             [1, n_heads, prompt_len, d_head],
@@ -117,7 +186,66 @@ pub fn gpt2_records(
             },
         });
     }
-    Ok(records)
+    Ok((records, model))
+}
+
+/// Decoding against the memory's bandwidth: one token reads every weight once (the embedding
+/// table only as the tied head, or not at all when the head is its own matrix), so it takes at
+/// least `weight_bytes / bandwidth`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MemoryWall {
+    /// Always `"memory_wall"`, telling the line from the bench's records.
+    pub kind: &'static str,
+    /// The CPU, as the records name it.
+    pub cpu: String,
+    /// Bytes of weights one decoding step reads.
+    pub weight_bytes: u64,
+    /// The machine's read bandwidth in GB/s ([`crate::machine::read_bandwidth`]).
+    pub bandwidth_gb_s: f64,
+    /// `weight_bytes / bandwidth`, in milliseconds: the fastest a step can be.
+    pub bound_ms: f64,
+    /// The median decoding step measured, in milliseconds.
+    pub decode_ms: f64,
+    /// `bound_ms / decode_ms`: the fraction of the bandwidth decoding reaches.
+    pub fraction: f64,
+}
+
+impl MemoryWall {
+    /// The wall for `model`, whose decoding step took `decode_ms`, on a machine reading
+    /// `bandwidth_gb_s`.
+    pub fn new(model: &TokenDecoder, decode_ms: f64, bandwidth_gb_s: f64) -> Self {
+        let parameters = model.num_params() as u64;
+        let table = if model.ties_embeddings() {
+            0
+        } else {
+            (model.vocab() * model.decoder().d_model()) as u64
+        };
+        let weight_bytes = (parameters - table) * size_of::<f32>() as u64;
+        let bound_ms = weight_bytes as f64 / (bandwidth_gb_s * 1e9) * 1e3;
+        Self {
+            kind: "memory_wall",
+            cpu: crate::machine::Machine::current().cpu.clone(),
+            weight_bytes,
+            bandwidth_gb_s,
+            bound_ms,
+            decode_ms,
+            fraction: bound_ms / decode_ms,
+        }
+    }
+
+    /// One line for a person.
+    pub fn to_text(&self) -> String {
+        format!(
+            "memory wall ({}): {:.1} MB of weights a token at {:.1} GB/s read = {:.2} ms at \
+             best; decoding takes {:.2} ms, {:.0}% of the bandwidth",
+            self.cpu,
+            self.weight_bytes as f64 / 1e6,
+            self.bandwidth_gb_s,
+            self.bound_ms,
+            self.decode_ms,
+            100.0 * self.fraction
+        )
+    }
 }
 
 #[cfg(test)]
@@ -130,14 +258,53 @@ mod tests {
         let folder =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf/gpt2_tiny");
         let device = Device::flex();
-        let empty = gpt2_records(&folder, &device, "flex", 0, &QUICK).expect_err("0 tokens");
+        let empty = folder_records(&folder, &device, "flex", 0, &QUICK).expect_err("0 tokens");
         assert!(empty.to_string().contains("at least one token"), "{empty}");
         let huge =
-            gpt2_records(&folder, &device, "flex", usize::MAX, &QUICK).expect_err("usize::MAX");
+            folder_records(&folder, &device, "flex", usize::MAX, &QUICK).expect_err("usize::MAX");
         let text = huge.to_string();
         assert!(
             text.contains(&usize::MAX.to_string()) && text.contains("48 positions"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_llama_folder_is_timed_and_its_wall_counts_each_weight_once() {
+        let folder =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf/llama_tiny");
+        let device = Device::flex();
+        let (records, model) =
+            folder_records(&folder, &device, "flex", 4, &QUICK).expect("a Llama folder");
+        let names: Vec<&str> = records.iter().map(|r| r.case.as_str()).collect();
+        assert_eq!(names, ["hf_llama_prefill", "hf_llama_decode"]);
+        assert!(records.iter().all(|r| r.error.is_none()), "{records:?}");
+        // The folder's safetensors file lists each weight once: its header's shapes count them.
+        let bytes = std::fs::read(folder.join("model.safetensors")).expect("the weights");
+        let header_len = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+        let header: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&bytes[8..8 + header_len]).expect("a JSON header");
+        let stored: u64 = header
+            .iter()
+            .filter(|(name, _)| *name != "__metadata__")
+            .map(|(_, t)| {
+                t["shape"]
+                    .as_array()
+                    .expect("a shape")
+                    .iter()
+                    .map(|d| d.as_u64().expect("a size"))
+                    .product::<u64>()
+            })
+            .sum();
+        let wall = MemoryWall::new(&model, 2.0, 10.0);
+        let table = (model.vocab() * model.decoder().d_model()) as u64;
+        let read = if model.ties_embeddings() {
+            stored
+        } else {
+            stored - table
+        };
+        assert_eq!(wall.weight_bytes, read * 4, "{stored} values stored");
+        assert!((wall.bound_ms - wall.weight_bytes as f64 / 1e7).abs() < 1e-9);
+        assert!((wall.fraction - wall.bound_ms / 2.0).abs() < 1e-12);
     }
 }

@@ -57,6 +57,44 @@ impl Machine {
     }
 }
 
+/// Bytes [`read_bandwidth`] reads: 256 MiB, far past any cache, as STREAM asks (four times
+/// the last level at least).
+pub const BANDWIDTH_BYTES: usize = 256 << 20;
+
+/// The machine's memory read bandwidth in GB/s (10⁹ bytes a second): a STREAM-like read, the
+/// sum of [`BANDWIDTH_BYTES`] of `f32`, split across the CPU backends' worker threads (rayon's,
+/// [`Machine::threads`]), the best of seven passes after one to fault the pages in.
+pub fn read_bandwidth() -> f64 {
+    use rayon::prelude::*;
+    let values = vec![1.0f32; BANDWIDTH_BYTES / size_of::<f32>()];
+    let chunk = values
+        .len()
+        .div_ceil(rayon::current_num_threads().max(1) * 8);
+    let sum = || -> f32 {
+        values
+            .par_chunks(chunk)
+            .map(|c| {
+                // Eight running sums: the additions of one do not wait on another's.
+                let mut acc = [0f32; 8];
+                for block in c.chunks_exact(8) {
+                    for (a, v) in acc.iter_mut().zip(block) {
+                        *a += v;
+                    }
+                }
+                acc.iter().sum::<f32>()
+            })
+            .sum()
+    };
+    std::hint::black_box(sum());
+    (0..7)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            std::hint::black_box(sum());
+            BANDWIDTH_BYTES as f64 / started.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max)
+}
+
 /// The first `model name` of a `/proc/cpuinfo` text.
 pub fn cpu_model(cpuinfo: &str) -> Option<String> {
     cpuinfo

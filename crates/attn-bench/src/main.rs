@@ -13,7 +13,7 @@
 //! cargo run --release -p attn-bench -- --json --memory          # peak memory, one process per case
 //! cargo run --release -p attn-bench --features ndarray -- --json --device flex,ndarray
 //! cargo run --release -p attn-bench -- --list                   # every case id
-//! cargo run --release -p attn-bench -- hf-gpt2 /tmp/gpt2-small   # a Hugging Face GPT-2 folder
+//! cargo run --release -p attn-bench -- hf /tmp/gpt2-small   # a Hugging Face model folder
 //! cargo run --release -p attn-bench -- report run1.jsonl torch.jsonl --plot docs/img/benchmarks.png
 //! cargo run --release -p attn-bench -- tiling                    # the native kernels' block sizes
 //! ```
@@ -72,10 +72,13 @@ enum Sub {
         #[arg(long, default_value = "flex")]
         device: String,
     },
-    /// Time a Hugging Face GPT-2 folder (`save_pretrained`'s layout): the prompt processed
-    /// once, and one token at a time against the key/value cache; the peer is
-    /// `benches/peers/hf_gpt2.py`, which also writes such a folder.
-    HfGpt2 {
+    /// Time a Hugging Face folder (`save_pretrained`'s layout; GPT-2, Llama, Qwen2, Qwen3,
+    /// Mistral): the prompt processed once, and one token at a time against the key/value
+    /// cache, then decoding against the memory's bandwidth; the peers are
+    /// `benches/peers/hf_gpt2.py` and `benches/peers/hf_llama.py`, which also write such
+    /// folders.
+    #[command(alias = "hf-gpt2")]
+    Hf {
         /// The model folder.
         folder: PathBuf,
         /// Prompt tokens.
@@ -176,19 +179,34 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Some(Sub::HfGpt2 {
+        Some(Sub::Hf {
             folder,
             prompt,
             device,
             json,
         }) => {
+            let bandwidth = attn_bench::machine::read_bandwidth();
             for name in &device {
                 let on = backend::device(name).with_context(|| format!("--device {name}"))?;
-                for record in attn_bench::hf::gpt2_records(&folder, &on, name, prompt, &FULL)? {
+                let (records, model) =
+                    attn_bench::hf::folder_records(&folder, &on, name, prompt, &FULL)?;
+                for record in &records {
                     if json {
                         println!("{}", record.to_json()?);
                     } else {
                         println!("{}", record.to_text());
+                    }
+                }
+                let decode = records
+                    .iter()
+                    .find(|r| r.case.ends_with("_decode"))
+                    .and_then(|r| r.median_ms);
+                if let Some(decode_ms) = decode {
+                    let wall = attn_bench::hf::MemoryWall::new(&model, decode_ms, bandwidth);
+                    if json {
+                        println!("{}", serde_json::to_string(&wall)?);
+                    } else {
+                        println!("{}", wall.to_text());
                     }
                 }
             }
