@@ -17,6 +17,8 @@
 //! - [`layer_norm`] and [`layer_norm_backward`]: LayerNorm's row loops, rows split among the
 //!   threads;
 //! - [`products`]: matrix products on strided views through `gemm`, each output written once;
+//! - [`half`]: `x · Wᵀ` with `bfloat16` weights widened in registers, for decoding a
+//!   half-precision model;
 //! - [`AdamStep`]: Adam's update of one parameter, burn's expressions in one pass on every
 //!   thread.
 //!
@@ -32,6 +34,7 @@
 //! activation.rs                       an element-wise pass (GPT-2's tanh GELU)
 //! layer_norm.rs                       LayerNorm's row loops
 //! products.rs                         matrix products through gemm (Matrix, product)
+//! half.rs                             products with bfloat16 weights (Bf16Rows, linear_bf16)
 //! adam.rs                             Adam's element loop (AdamStep)
 //! problem.rs                          the inputs as slices (Problem, Rows, Broadcast)
 //! tiling.rs                           block sizes and tasks from the machine (CpuCaches)
@@ -62,6 +65,7 @@ mod backward;
 mod decode;
 mod exp;
 mod forward;
+pub mod half;
 mod instructions;
 mod layer_norm;
 pub mod oracle;

@@ -151,6 +151,13 @@ impl TokenEmbedding {
         check_tokens(&tokens, self.vocab)?;
         let [_, d_model] = self.embedding.weight.shape().dims();
         let x = self.embedding.forward(tokens); // [batch, seq_len, d_model]
+        // A half-precision table (a model kept in its file's bfloat16): the rows it gave are
+        // widened to the f32 the blocks compute in.
+        let x = if x.dtype() == burn::tensor::DType::F32 {
+            x
+        } else {
+            x.cast(burn::tensor::DType::F32)
+        };
         let x = if self.scale {
             x * (d_model as f64).sqrt()
         } else {

@@ -110,6 +110,14 @@ pub enum ModelError {
         /// The longest length accepted.
         max_len: usize,
     },
+    /// Weights asked for in a type the device cannot hold.
+    #[error("the device {device} cannot hold {dtype} weights; load them as F32")]
+    UnsupportedDtype {
+        /// The type asked for.
+        dtype: String,
+        /// The device.
+        device: String,
+    },
     /// A prompt and a number of new tokens whose sum does not fit in a `usize`.
     #[error("a prompt of {prompt} tokens and {new} new tokens are more than any cache can hold")]
     TooManyTokens {

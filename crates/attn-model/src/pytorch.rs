@@ -306,6 +306,8 @@ impl Encoder {
 #[derive(Clone)]
 pub struct StateDict {
     tensors: BTreeMap<String, PackTensor>,
+    /// The type matrices are read as, where it is not `f32` ([`keep_matrices`](Self::keep_matrices)).
+    matrices: Option<DType>,
 }
 
 impl std::fmt::Debug for StateDict {
@@ -368,7 +370,19 @@ impl StateDict {
                 reason: format!("{context}{e}"),
             })?
             .clone();
-        Ok(Self { tensors })
+        Ok(Self {
+            tensors,
+            matrices: None,
+        })
+    }
+
+    /// Reads every two-dimensional floating-point tensor (the projections, the token table)
+    /// as `dtype` (`BF16` or `F16`) instead of `f32`: a half-precision checkpoint stays half
+    /// precision in memory, and the products widen its values as they read them. Vectors (norms,
+    /// biases) are still read as `f32`.
+    pub fn keep_matrices(mut self, dtype: DType) -> Self {
+        self.matrices = (dtype != DType::F32).then_some(dtype);
+        self
     }
 
     /// Adds `other`'s tensors (a further shard of the same checkpoint); a name both hold
@@ -455,9 +469,12 @@ impl StateDict {
         let data = bridge::to_data(stored).map_err(|e| ModelError::Load {
             reason: format!("tensor `{name}`: {e}"),
         })?;
-        // F64, F16 and BF16 are widened or narrowed to the f32 every module computes in.
-        let data = data.convert::<f32>();
-        Ok(Tensor::from_data(data, device))
+        // F64, F16 and BF16 are widened or narrowed to the f32 every module computes in, but
+        // for matrices kept in half precision.
+        Ok(match self.matrices {
+            Some(dtype) if D == 2 => Tensor::from_data(data.convert_dtype(dtype), (device, dtype)),
+            _ => Tensor::from_data(data.convert::<f32>(), device),
+        })
     }
 
     /// `{name}.weight` `[d_output, d_input]` and, when present, `{name}.bias` `[d_output]`.
@@ -665,7 +682,15 @@ pub(crate) fn load_linear(
         &[d_output, d_input],
         &torch.weight.dims(),
     )?;
-    linear.weight = replace(linear.weight, contiguous(torch.weight.transpose())); // [d_input, d_output]
+    // A half-precision weight stays a transposed view of its `[d_output, d_input]` rows: the
+    // half-precision products read those rows in place (`ops::linear`).
+    let weight = torch.weight.transpose(); // [d_input, d_output]
+    let weight = if weight.dtype() == burn::tensor::DType::F32 {
+        contiguous(weight)
+    } else {
+        weight
+    };
+    linear.weight = replace(linear.weight, weight);
     linear.bias = load_optional(linear.bias, torch.bias, &format!("{name}.bias"), d_output)?;
     Ok(linear)
 }

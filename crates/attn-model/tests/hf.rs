@@ -12,7 +12,7 @@ use attn_model::hf::{
 use attn_model::{ConfigError, GenerateConfig, ModelError, Prompt};
 use attn_testing::reference::hf::TOLERANCE;
 use attn_testing::reference::{BertReference, CausalLmReference, Gpt2Reference};
-use attn_testing::{Closeness, RefTensor, Tolerance, for_each_device};
+use attn_testing::{Closeness, RefTensor, Tolerance, assert_close_slices, for_each_device, to_vec};
 use burn::tensor::{Device, Int, Tensor};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
@@ -212,6 +212,118 @@ fn llama_family_greedy_generation_through_the_cache_matches_transformers() {
             assert_eq!(tokens, expected, "{model}: greedy_ids after the prompt");
         });
     }
+}
+
+/// Bytes of a model's parameters as they are held, by type.
+#[derive(Default)]
+struct HeldBytes {
+    bf16: u64,
+    f32: u64,
+}
+
+impl burn::module::ModuleVisitor for HeldBytes {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<D>>) {
+        let tensor = param.val();
+        let values = tensor.shape().num_elements() as u64;
+        match tensor.dtype() {
+            burn::tensor::DType::BF16 => self.bf16 += 2 * values,
+            _ => self.f32 += 4 * values,
+        }
+    }
+}
+
+#[test]
+fn a_bf16_folder_kept_in_bf16_holds_its_file_size_and_matches_transformers() {
+    use burn::module::Module;
+    // llama_tiny's weights are stored in bfloat16 and its reference was computed in f32 from
+    // those same values: kept in bfloat16, with products that widen them in f32, the logits
+    // and the greedy tokens are transformers' within the f32 tolerance. qwen2_tiny (tied
+    // head) rounded to bfloat16 gives the logits of the same values widened to f32.
+    let file = std::fs::metadata(folder("llama_tiny").join("model.safetensors"))
+        .expect("the weights")
+        .len();
+    let rounded = half_folder("qwen2_tiny", Dtype::BF16);
+    for_each_device(|d| {
+        let loaded = CausalLm::from_pretrained_as(
+            folder("llama_tiny"),
+            &d.device,
+            burn::tensor::DType::BF16,
+        );
+        if !d.device.supports_dtype(burn::tensor::DType::BF16) {
+            let err = loaded.expect_err("refused");
+            assert!(
+                matches!(err, ModelError::UnsupportedDtype { .. }),
+                "{}: {err}",
+                d.name
+            );
+            return;
+        }
+        let lm = loaded.expect("loads");
+        let mut held = HeldBytes::default();
+        lm.model().visit(&mut held);
+        // The matrices stay bfloat16; the norms (a few hundred values) are widened.
+        assert!(held.f32 < 4096, "{} bytes held in f32", held.f32);
+        assert!(
+            held.bf16 + held.f32 / 2 <= file && file - (held.bf16 + held.f32 / 2) < 16_384,
+            "{} + {} bytes held, a file of {file}",
+            held.bf16,
+            held.f32
+        );
+        let reference =
+            CausalLmReference::from_folder(&folder("llama_tiny")).expect("reference.json");
+        let logits = lm
+            .try_forward(
+                ids(&reference.batch_ids, &d.device),
+                Some(ids(&reference.batch_attention_mask, &d.device)),
+            )
+            .expect("inputs fit");
+        check_real_positions(logits, &reference, "llama_tiny in bf16: batch_logits");
+        let expected = reference.new_tokens();
+        let tokens = lm
+            .generate(
+                Prompt::new(ids(&reference.prompt_ids, &d.device)),
+                GenerateConfig::new(expected.len()),
+            )
+            .expect("prompt fits")
+            .tokens()
+            .expect("steps run");
+        assert_eq!(tokens[0], expected, "llama_tiny in bf16: greedy_ids");
+
+        // The tied table read in place as the head: the same values widened to f32 by the
+        // loader (burn's f32 products, checked against transformers above) give the same
+        // logits, a batch at once and one token at a time.
+        let qwen = CausalLmReference::from_folder(&folder("qwen2_tiny")).expect("reference.json");
+        let widened = CausalLm::from_pretrained(&rounded, &d.device).expect("loads");
+        let kept = CausalLm::from_pretrained_as(&rounded, &d.device, burn::tensor::DType::BF16)
+            .expect("loads");
+        let batch = |lm: &CausalLm| {
+            to_vec(
+                lm.try_forward(
+                    ids(&qwen.batch_ids, &d.device),
+                    Some(ids(&qwen.batch_attention_mask, &d.device)),
+                )
+                .expect("inputs fit"),
+            )
+        };
+        assert_close_slices(&batch(&kept), &batch(&widened), 1e-4, 1e-4, "qwen2 batch");
+        let steps = |lm: &CausalLm| {
+            lm.generate(
+                Prompt::new(ids(&qwen.prompt_ids, &d.device)),
+                GenerateConfig::new(16).with_keep_logits(true),
+            )
+            .expect("prompt fits")
+            .map(|step| {
+                let step = step.expect("step runs");
+                (step.tokens[0], to_vec(step.logits.expect("kept")))
+            })
+            .collect::<Vec<_>>()
+        };
+        for (i, (k, w)) in steps(&kept).into_iter().zip(steps(&widened)).enumerate() {
+            assert_eq!(k.0, w.0, "qwen2 in bf16, token {i}");
+            assert_close_slices(&k.1, &w.1, 1e-4, 1e-4, &format!("qwen2 step {i}"));
+        }
+    });
+    std::fs::remove_dir_all(rounded).expect("cleanup");
 }
 
 #[test]

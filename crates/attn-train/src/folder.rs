@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use attn_model::hf::{CausalLm, ChatMessage, ChatTemplate, GenerationDefaults, LlamaConfig};
 use attn_model::{GenerateConfig, KvCache, Prompt, Sampling};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use tokenizers::Tokenizer;
 
 /// The tokenizer file of a model folder.
@@ -79,15 +79,54 @@ pub struct FolderModel {
     device: Device,
 }
 
+/// The type a folder's matrices are held in (`--dtype`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum WeightType {
+    /// The type of the folder's weights (`dtype` in `config.json`), where the device can
+    /// hold it, else f32.
+    #[default]
+    Auto,
+    /// Every weight widened to f32.
+    F32,
+    /// bfloat16, products accumulating in f32.
+    Bf16,
+    /// float16, widened for each product.
+    F16,
+}
+
+impl WeightType {
+    /// The type to load `config`'s folder in, on `device`.
+    pub fn resolve(self, config: &LlamaConfig, device: &Device) -> DType {
+        match self {
+            WeightType::F32 => DType::F32,
+            WeightType::Bf16 => DType::BF16,
+            WeightType::F16 => DType::F16,
+            WeightType::Auto => {
+                let stored = match config.stored_dtype() {
+                    Some("bfloat16") => DType::BF16,
+                    Some("float16") => DType::F16,
+                    _ => DType::F32,
+                };
+                if device.supports_dtype(stored) {
+                    stored
+                } else {
+                    DType::F32
+                }
+            }
+        }
+    }
+}
+
 impl FolderModel {
-    /// Loads `folder` onto `device`.
+    /// Loads `folder` onto `device`, its matrices held as `dtype` says.
     ///
     /// # Errors
     /// When the model, `tokenizer.json`, the chat template or `generation_config.json`
-    /// cannot be read, each naming the file.
-    pub fn load(folder: &Path, device: &Device) -> Result<Self> {
+    /// cannot be read, each naming the file, or the device cannot hold the type asked for.
+    pub fn load(folder: &Path, device: &Device, dtype: WeightType) -> Result<Self> {
         let config: LlamaConfig = attn_model::hf::read_config(folder)?;
-        let lm = CausalLm::from_pretrained(folder, device)?;
+        let held = dtype.resolve(&config, device);
+        let lm = CausalLm::from_pretrained_as(folder, device, held)?;
         let tokenizer_path = folder.join(TOKENIZER_FILE);
         let tokenizer = crate::text::tokenizer::read_tokenizer(&tokenizer_path)?;
         let defaults = GenerationDefaults::from_folder(folder)?;

@@ -169,13 +169,16 @@ pub fn generate(
 /// available.
 fn check_cache(config: &TrainConfig, prompt: usize, new: usize) -> Result<(), TrainError> {
     let tokens = prompt as u128 + new as u128;
+    // The last new token is not fed back: the model sees the prompt and all new tokens but
+    // that one.
+    let positions = tokens.saturating_sub(1);
     if let attn_pos::PositionalScheme::Learned { max_len } = config.model.pos
-        && tokens > max_len as u128
+        && positions > max_len as u128
     {
         return Err(TrainError::Config(format!(
-            "a prompt of {prompt} tokens and --max-new-tokens {new} need {tokens} positions, but \
-             the model learned {max_len}; ask for at most {} new tokens",
-            max_len.saturating_sub(prompt)
+            "a prompt of {prompt} tokens and --max-new-tokens {new} need {positions} positions, \
+             but the model learned {max_len}; ask for at most {} new tokens",
+            (max_len + 1).saturating_sub(prompt)
         )));
     }
     // Keys and values of every layer (self- and cross-attention), f32.
@@ -244,12 +247,13 @@ mod tests {
     fn a_cache_past_the_learned_positions_or_the_memory_is_refused_with_the_numbers() {
         let mut config = TrainConfig::default();
         config.model.pos = PositionalScheme::Learned { max_len: 16 };
-        check_cache(&config, 8, 8).expect("fits the table");
+        check_cache(&config, 8, 9).expect("fits the table: the ninth token is not fed back");
+        check_cache(&config, 8, 10).expect_err("one past the table");
         let err = check_cache(&config, 8, usize::MAX).expect_err("past the table");
         let message = err.to_string();
         assert!(
-            message.contains("need 18446744073709551623 positions")
-                && message.contains("at most 8 new tokens"),
+            message.contains("need 18446744073709551622 positions")
+                && message.contains("at most 9 new tokens"),
             "{message}"
         );
 

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use anyhow::{Context, Result, bail};
 use attn_model::Sampling;
 use attn_train::config::{Overrides, TrainConfig};
-use attn_train::folder::{self, FolderModel, Options as FolderOptions};
+use attn_train::folder::{self, FolderModel, Options as FolderOptions, WeightType};
 use attn_train::generate::{self, Request};
 use attn_train::train::{self, RunOptions};
 use attn_train::view;
@@ -138,6 +138,10 @@ struct GenerateArgs {
     /// discourages repeats).
     #[arg(long, requires = "model")]
     repetition_penalty: Option<f64>,
+    /// A model folder: the type its matrices are held in; `auto` is the folder's own
+    /// (`bf16` keeps a bfloat16 folder at about its file's size, products in f32).
+    #[arg(long, value_enum, default_value = "auto", requires = "model")]
+    dtype: WeightType,
     /// A model folder: end the answer at this text (may be repeated).
     #[arg(long, requires = "model")]
     stop: Vec<String>,
@@ -338,6 +342,10 @@ struct ChatArgs {
     /// A system message that opens the conversation.
     #[arg(long)]
     system: Option<String>,
+    /// The type the folder's matrices are held in; `auto` is the folder's own (`bf16` keeps a
+    /// bfloat16 folder at about its file's size, products in f32).
+    #[arg(long, value_enum, default_value = "auto")]
+    dtype: WeightType,
     /// New tokens per answer at most.
     #[arg(long, default_value_t = 512)]
     max_new_tokens: usize,
@@ -388,7 +396,7 @@ fn run_generate_folder(args: &GenerateArgs, folder: &std::path::Path) -> Result<
         bail!("--max-new-tokens must be at least 1");
     }
     let device = folder_device(&args.device)?;
-    let model = FolderModel::load(folder, &device)
+    let model = FolderModel::load(folder, &device, args.dtype)
         .with_context(|| format!("loading {}", folder.display()))?;
     let options = FolderOptions {
         max_new_tokens: args.max_new_tokens.unwrap_or(128),
@@ -426,7 +434,7 @@ fn run_generate_folder(args: &GenerateArgs, folder: &std::path::Path) -> Result<
 fn run_chat(args: &ChatArgs) -> Result<()> {
     use std::io::BufRead;
     let device = folder_device(&args.device)?;
-    let model = FolderModel::load(&args.model, &device)
+    let model = FolderModel::load(&args.model, &device, args.dtype)
         .with_context(|| format!("loading {}", args.model.display()))?;
     let mut chat = folder::Chat::new(&model, args.system.clone())?;
     let options = FolderOptions {

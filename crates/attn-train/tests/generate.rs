@@ -253,7 +253,7 @@ struct ChatReference {
 
 #[test]
 fn a_chat_turn_renders_tokenizes_and_answers_as_transformers_does() {
-    use attn_train::folder::{Chat, FolderModel, Options};
+    use attn_train::folder::{Chat, FolderModel, Options, WeightType};
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
     let reference: ChatReference = serde_json::from_str(
@@ -262,7 +262,8 @@ fn a_chat_turn_renders_tokenizes_and_answers_as_transformers_does() {
     .expect("parses");
     let chat = reference.chat;
     let device = burn::tensor::Device::flex();
-    let model = FolderModel::load(&llama_tiny(), &device).expect("loads");
+    // The folder's own bfloat16 (`--dtype auto`).
+    let model = FolderModel::load(&llama_tiny(), &device, WeightType::Auto).expect("loads");
     assert_eq!(
         model.encode(&chat.text, true).expect("tokenizes"),
         chat.text_ids

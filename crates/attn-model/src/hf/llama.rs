@@ -39,7 +39,7 @@ use std::path::Path;
 
 use attn_pos::{PositionalScheme, RotaryPairing, RotaryScaling};
 use burn::module::Module;
-use burn::tensor::{Device, Int, Tensor};
+use burn::tensor::{DType, Device, Int, Tensor};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -454,10 +454,33 @@ impl CausalLm {
     /// # Errors
     /// As [`read_config`], [`read_llama_weights`] and [`from_state_dict`](Self::from_state_dict).
     pub fn from_pretrained(folder: impl AsRef<Path>, device: &Device) -> Result<Self, ModelError> {
+        Self::from_pretrained_as(folder, device, DType::F32)
+    }
+
+    /// As [`from_pretrained`](Self::from_pretrained), with the matrices (every projection and
+    /// the token table) held as `dtype`: `BF16` keeps a bfloat16 folder in about its file's
+    /// size, its products accumulating in `f32` ([`StateDict::keep_matrices`]); `F32` widens
+    /// every weight as it is read.
+    ///
+    /// # Errors
+    /// [`ModelError::UnsupportedDtype`] when `device` cannot hold `dtype` (ndarray holds no
+    /// half-precision tensors), and as [`from_pretrained`](Self::from_pretrained).
+    pub fn from_pretrained_as(
+        folder: impl AsRef<Path>,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self, ModelError> {
+        if dtype != DType::F32 && !device.supports_dtype(dtype) {
+            return Err(ModelError::UnsupportedDtype {
+                dtype: format!("{dtype:?}"),
+                device: format!("{device:?}"),
+            });
+        }
         let folder = folder.as_ref();
         let config: LlamaConfig = read_config(folder)?;
         config.settings()?;
-        Self::from_state_dict(&config, &read_llama_weights(folder)?, device)
+        let dict = read_llama_weights(folder)?.keep_matrices(dtype);
+        Self::from_state_dict(&config, &dict, device)
     }
 
     /// The [`TokenDecoderConfig`] of a configuration.

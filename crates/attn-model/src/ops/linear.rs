@@ -49,7 +49,7 @@ use burn::backend::{
     backend_extension,
     tensor::FloatTensor,
 };
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{DType, Device, Tensor};
 
 /// `x · weight + bias` over the last dimension of `x`: the same result as burn's
 /// [`Linear::forward`](burn::nn::Linear::forward) with these parameters.
@@ -79,6 +79,15 @@ pub fn linear<const D: usize>(
     if let Some(y) = flex::one_row(&x, &weight, bias.as_ref()) {
         return y;
     }
+    // A half-precision weight with `f32` inputs: flex reads it in place (`products`); other
+    // backends widen it for the product.
+    let weight = if weight.dtype() != x.dtype()
+        && !(linear_serves(&x.device()) && weight.dtype() == DType::BF16)
+    {
+        weight.cast(x.dtype())
+    } else {
+        weight
+    };
     if !linear_serves(&x.device()) {
         return burn::tensor::module::linear(x, weight, bias);
     }
@@ -383,12 +392,76 @@ mod products {
         Shape::from(dims)
     }
 
-    /// `x · weight + bias`, or `None` when an operand is not `f32`.
+    /// Rows of `x` up to which a `bfloat16` weight is read in place, each value widened in
+    /// registers ([`attn_kernels::half`]); past them, the product is compute-bound and the
+    /// weight is widened to `f32` once for `gemm`.
+    const HALF_ROWS: usize = 8;
+
+    /// `x · weight + bias` for a `bfloat16` weight and `f32` `x` and bias: read in place when
+    /// `x` has few rows and the weight is the transpose of `[d_output, d_input]` storage (a
+    /// loaded checkpoint's `Linear`, a tied embedding table), else widened to `f32` first.
+    /// `None` when `x` or the bias is not `f32`.
+    fn forward_bf16(
+        x: &FlexTensor,
+        weight: &FlexTensor,
+        bias: Option<&FlexTensor>,
+    ) -> Option<FlexTensor> {
+        use half::slice::HalfFloatSliceExt;
+        let a = matrix(x)?;
+        let bias = match bias {
+            Some(b) if b.dtype() != DType::F32 => return None,
+            Some(b) => Some(flex_floats(b)),
+            None => None,
+        };
+        let layout = weight.layout();
+        let (shape, strides) = (weight.shape(), layout.strides());
+        let (d_input, d_output) = (shape[0], shape[1]);
+        let in_place = a.rows <= HALF_ROWS
+            && a.columns == d_input
+            && strides[0] == 1
+            && strides[1] >= 0
+            && strides[1].unsigned_abs() >= d_input;
+        let y = if in_place {
+            let rows = attn_kernels::half::Bf16Rows {
+                values: weight.storage::<half::bf16>().reinterpret_cast(),
+                offset: layout.start_offset(),
+                d_output,
+                d_input,
+                row: strides[1].unsigned_abs(),
+            };
+            let x = flex_floats(x);
+            attn_kernels::half::linear_bf16(&x, a.rows, &rows, bias.as_deref())
+        } else {
+            let wide: Vec<f32> = weight
+                .clone()
+                .to_contiguous()
+                .storage::<half::bf16>()
+                .iter()
+                .map(|v| v.to_f32())
+                .collect();
+            let w = Matrix {
+                values: Cow::Owned(wide),
+                offset: 0,
+                rows: d_input,
+                columns: d_output,
+                row: d_output,
+                column: 1,
+            };
+            product(&a, &w, bias.as_deref())
+        };
+        Some(tensor(y, with_last(x.shape(), d_output)))
+    }
+
+    /// `x · weight + bias`, or `None` when an operand is not `f32` (a `bfloat16` weight with
+    /// `f32` `x` is served too: [`forward_bf16`]).
     pub(super) fn forward(
         x: &FlexTensor,
         weight: &FlexTensor,
         bias: Option<&FlexTensor>,
     ) -> Option<FlexTensor> {
+        if weight.dtype() == DType::BF16 && weight.shape().num_dims() == 2 {
+            return forward_bf16(x, weight, bias);
+        }
         let (a, w) = (matrix(x)?, matrix(weight)?);
         let bias = match bias {
             Some(b) if b.dtype() != DType::F32 => return None,

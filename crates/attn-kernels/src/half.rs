@@ -1,0 +1,271 @@
+//! Products with `bfloat16` weights and `f32` inputs, accumulated in `f32`: what decoding with
+//! a half-precision model needs, where every weight is read once per token and the bytes read
+//! are the time taken.
+//!
+//! ```text
+//! y[r, j] = bias[j] + Σ_i x[r, i] · W[j, i]          W stored [d_output, d_input], bf16
+//! ```
+//!
+//! A `bfloat16` is the upper half of an `f32`'s bits, so widening one is a shift by 16: the
+//! loop reads 16-bit values, widens them in registers and multiplies, and no `f32` copy of the
+//! weights is ever made. The weight rows are PyTorch's `Linear` layout (each output's weights
+//! contiguous), read as dot products: the same layout as burn's `[d_input, d_output]` weight
+//! when it is a transposed view of that storage, as a loaded checkpoint's is, and as a tied
+//! embedding table seen as the output head is. Output rows are split among rayon's threads.
+
+use rayon::prelude::*;
+
+use crate::instructions::Instructions;
+use crate::simd::{Kernels, Pass};
+
+/// Values accumulated side by side in each dot product: two AVX-512 registers' worth, so that
+/// two chains of additions run at once.
+const LANES: usize = 32;
+
+/// Output values per rayon task: enough weights (`OUTPUTS · d_input`) to pay for a task.
+const OUTPUTS: usize = 64;
+
+/// `W` in PyTorch's `Linear` layout: `d_output` rows of `d_input` `bfloat16` values (their bits),
+/// row `j` starting at `offset + j · row`.
+#[derive(Clone, Copy, Debug)]
+pub struct Bf16Rows<'a> {
+    /// The stored values, as `u16` bit patterns.
+    pub values: &'a [u16],
+    /// Index of `W[0, 0]` in `values`.
+    pub offset: usize,
+    /// Rows (outputs).
+    pub d_output: usize,
+    /// Values per row (inputs).
+    pub d_input: usize,
+    /// Distance between the starts of two rows, at least `d_input`.
+    pub row: usize,
+}
+
+impl Bf16Rows<'_> {
+    /// Row `j`'s `d_input` values.
+    fn row(&self, j: usize) -> &[u16] {
+        let start = self.offset + j * self.row;
+        &self.values[start..start + self.d_input]
+    }
+}
+
+/// `bits` as the `f32` whose upper half they are.
+#[inline(always)]
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
+/// `y = x · Wᵀ + bias` for `rows` rows of `x` (`[rows, d_input]`, contiguous), `W` as
+/// [`Bf16Rows`]: `[rows, d_output]`, row-major.
+///
+/// # Panics
+/// When `x` is not `rows · d_input` long, `bias` not `d_output`, or `W`'s rows run past its
+/// values.
+pub fn linear_bf16(x: &[f32], rows: usize, w: &Bf16Rows<'_>, bias: Option<&[f32]>) -> Vec<f32> {
+    assert_eq!(x.len(), rows * w.d_input, "x is [rows, d_input]");
+    assert!(w.row >= w.d_input, "rows overlap");
+    if w.d_output > 0 {
+        let end = w.offset + (w.d_output - 1) * w.row + w.d_input;
+        assert!(end <= w.values.len(), "W ends at {end}, past its values");
+    }
+    if let Some(b) = bias {
+        assert_eq!(b.len(), w.d_output, "bias is [d_output]");
+    }
+    // Outputs first: each task reads its rows of W once for every row of x.
+    let mut by_output = vec![0f32; w.d_output * rows]; // [d_output, rows]
+    by_output
+        .par_chunks_mut(OUTPUTS * rows)
+        .enumerate()
+        .for_each(|(task, out)| {
+            let first = task * OUTPUTS;
+            Instructions::Best.run(Dots {
+                x,
+                rows,
+                w,
+                first,
+                out,
+            });
+        });
+    let mut y = vec![0f32; rows * w.d_output];
+    for (j, column) in by_output.chunks_exact(rows.max(1)).enumerate() {
+        let b = bias.map_or(0.0, |b| b[j]);
+        for (r, value) in column.iter().enumerate() {
+            y[r * w.d_output + j] = value + b;
+        }
+    }
+    y
+}
+
+/// The dot products of outputs `first..` (as many as `out` holds, `rows` values each) with
+/// every row of `x`.
+struct Dots<'a> {
+    x: &'a [f32],
+    rows: usize,
+    w: &'a Bf16Rows<'a>,
+    first: usize,
+    out: &'a mut [f32],
+}
+
+impl Pass for Dots<'_> {
+    #[inline(always)]
+    fn run<K: Kernels>(self, kernels: K) {
+        let d_input = self.w.d_input;
+        for (k, out) in self.out.chunks_exact_mut(self.rows.max(1)).enumerate() {
+            let weights = self.w.row(self.first + k);
+            for (r, y) in out.iter_mut().enumerate() {
+                *y = dot(kernels, &self.x[r * d_input..(r + 1) * d_input], weights);
+            }
+        }
+    }
+}
+
+/// `Σ x[i] · widen(w[i])`, in [`LANES`] running sums.
+#[inline(always)]
+fn dot<K: Kernels>(kernels: K, x: &[f32], w: &[u16]) -> f32 {
+    let mut sums = [0f32; LANES];
+    let (x_blocks, x_tail) = x.split_at(x.len() / LANES * LANES);
+    let (w_blocks, w_tail) = w.split_at(x_blocks.len());
+    for (xs, ws) in x_blocks
+        .chunks_exact(LANES)
+        .zip(w_blocks.chunks_exact(LANES))
+    {
+        for ((s, &x), &w) in sums.iter_mut().zip(xs).zip(ws) {
+            *s = kernels.mul_add(x, bf16_to_f32(w), *s);
+        }
+    }
+    let mut total = sums.iter().sum::<f32>();
+    for (&x, &w) in x_tail.iter().zip(w_tail) {
+        total = kernels.mul_add(x, bf16_to_f32(w), total);
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// `f32` rounded to the nearest `bfloat16` (ties to even), as its bits.
+    fn to_bf16(v: f32) -> u16 {
+        let bits = v.to_bits();
+        let rounding = 0x7fff + ((bits >> 16) & 1);
+        ((bits + rounding) >> 16) as u16
+    }
+
+    #[test]
+    fn widening_is_exact_and_matches_rounding() {
+        for v in [0.0f32, -0.0, 1.0, -2.5, 3.140625, 1e-30, -6.5e30] {
+            let bits = to_bf16(v);
+            let back = bf16_to_f32(bits);
+            assert!((back - v).abs() <= v.abs() / 128.0, "{v} -> {back}");
+            assert_eq!(
+                to_bf16(back),
+                bits,
+                "{v}: widening then rounding is the identity"
+            );
+        }
+        assert!(bf16_to_f32(0x7fc0).is_nan());
+        assert_eq!(bf16_to_f32(0x7f80), f32::INFINITY);
+    }
+
+    #[test]
+    fn matches_the_f64_sums_for_rows_strides_and_tails() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for (rows, d_input, d_output, pad, offset) in [
+            (1, 64, 200, 0, 0),
+            (1, 67, 129, 5, 3),
+            (3, 31, 70, 0, 11),
+            (2, 576, 130, 64, 0),
+            (1, 1, 1, 0, 0),
+        ] {
+            let row = d_input + pad;
+            let values: Vec<u16> = (0..offset + d_output * row)
+                .map(|_| to_bf16(rng.random_range(-1.0f32..1.0)))
+                .collect();
+            let x: Vec<f32> = (0..rows * d_input)
+                .map(|_| rng.random_range(-1.0f32..1.0))
+                .collect();
+            let bias: Vec<f32> = (0..d_output).map(|j| j as f32 * 0.01).collect();
+            let w = Bf16Rows {
+                values: &values,
+                offset,
+                d_output,
+                d_input,
+                row,
+            };
+            let y = linear_bf16(&x, rows, &w, Some(&bias));
+            for r in 0..rows {
+                for j in 0..d_output {
+                    let exact: f64 = f64::from(bias[j])
+                        + (0..d_input)
+                            .map(|i| {
+                                f64::from(x[r * d_input + i])
+                                    * f64::from(bf16_to_f32(values[offset + j * row + i]))
+                            })
+                            .sum::<f64>();
+                    let got = f64::from(y[r * d_output + j]);
+                    let tolerance = 1e-5 * (1.0 + d_input as f64).sqrt();
+                    assert!(
+                        (got - exact).abs() <= tolerance,
+                        "rows {rows}, d_input {d_input}, output [{r}, {j}]: {got} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_instruction_set_gives_the_same_sums() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let (d_input, d_output) = (100, 5);
+        let values: Vec<u16> = (0..d_input * d_output)
+            .map(|_| to_bf16(rng.random_range(-1.0f32..1.0)))
+            .collect();
+        let x: Vec<f32> = (0..d_input)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let w = Bf16Rows {
+            values: &values,
+            offset: 0,
+            d_output,
+            d_input,
+            row: d_input,
+        };
+        let mut results = Vec::new();
+        for instructions in [
+            Instructions::Best,
+            Instructions::Avx2,
+            Instructions::Portable,
+        ] {
+            let mut out = vec![f32::NAN; d_output];
+            instructions.run(Dots {
+                x: &x,
+                rows: 1,
+                w: &w,
+                first: 0,
+                out: &mut out,
+            });
+            results.push(out);
+        }
+        for pair in results.windows(2) {
+            for (a, b) in pair[0].iter().zip(&pair[1]) {
+                assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "past its values")]
+    fn rows_past_the_values_are_refused() {
+        let values = vec![0u16; 10];
+        let w = Bf16Rows {
+            values: &values,
+            offset: 0,
+            d_output: 3,
+            d_input: 4,
+            row: 4,
+        };
+        linear_bf16(&[0.0; 4], 1, &w, None);
+    }
+}
