@@ -24,7 +24,7 @@ use anyhow::{Context, Result, bail};
 use attn_model::hf::{CausalLm, Gpt2, Gpt2Config, LlamaConfig, read_config};
 use attn_model::{KvCache, TokenDecoder, TokenDecoderInput};
 use burn::module::Module;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -75,15 +75,18 @@ fn shape(folder: &Path) -> Result<Shape> {
     })
 }
 
-/// The decoder in the folder of `model_type`.
-fn load(folder: &Path, model_type: &str, device: &Device) -> Result<TokenDecoder> {
+/// The decoder in the folder of `model_type`, its matrices held as `dtype`.
+fn load(folder: &Path, model_type: &str, device: &Device, dtype: DType) -> Result<TokenDecoder> {
     let loading = || format!("loading {}", folder.display());
     Ok(if model_type == "gpt2" {
+        if dtype != DType::F32 {
+            bail!("GPT-2 folders load in f32 only, not {dtype:?}");
+        }
         Gpt2::from_pretrained(folder, device)
             .with_context(loading)?
             .into_model()
     } else {
-        CausalLm::from_pretrained(folder, device)
+        CausalLm::from_pretrained_as(folder, device, dtype)
             .with_context(loading)?
             .into_model()
     })
@@ -100,6 +103,7 @@ pub fn folder_records(
     device: &Device,
     device_name: &str,
     prompt_len: usize,
+    dtype: DType,
     budget: &Budget,
 ) -> Result<(Vec<Record>, TokenDecoder)> {
     if prompt_len == 0 {
@@ -122,7 +126,7 @@ pub fn folder_records(
         }
         capacity = capacity.min(positions);
     }
-    let model = load(folder, &model_type, device)?;
+    let model = load(folder, &model_type, device, dtype)?;
     let timed = model.clone();
     let vocab = model.vocab();
     let mut rng = ChaCha8Rng::seed_from_u64(SEED);
@@ -166,10 +170,15 @@ pub fn folder_records(
         })
     };
 
+    // The case names the type where it is not f32: `hf_llama_bf16_decode`.
+    let suffix = match dtype {
+        DType::F32 => String::new(),
+        other => format!("_{}", format!("{other:?}").to_lowercase()),
+    };
     let mut records = Vec::new();
     for (name, mut step) in [
-        (format!("hf_{model_type}_prefill"), prefill_step),
-        (format!("hf_{model_type}_decode"), decode_step),
+        (format!("hf_{model_type}{suffix}_prefill"), prefill_step),
+        (format!("hf_{model_type}{suffix}_decode"), decode_step),
     ] {
         let record = Record::named(
             "attn",
@@ -214,13 +223,12 @@ impl MemoryWall {
     /// The wall for `model`, whose decoding step took `decode_ms`, on a machine reading
     /// `bandwidth_gb_s`.
     pub fn new(model: &TokenDecoder, decode_ms: f64, bandwidth_gb_s: f64) -> Self {
-        let parameters = model.num_params() as u64;
-        let table = if model.ties_embeddings() {
-            0
-        } else {
-            (model.vocab() * model.decoder().d_model()) as u64
+        let mut held = HeldBytes {
+            table: (!model.ties_embeddings()).then(|| [model.vocab(), model.decoder().d_model()]),
+            bytes: 0,
         };
-        let weight_bytes = (parameters - table) * size_of::<f32>() as u64;
+        model.visit(&mut held);
+        let weight_bytes = held.bytes;
         let bound_ms = weight_bytes as f64 / (bandwidth_gb_s * 1e9) * 1e3;
         Self {
             kind: "memory_wall",
@@ -248,6 +256,25 @@ impl MemoryWall {
     }
 }
 
+/// Bytes of the parameters as they are held (each in its own type), but an untied input
+/// table, which decoding reads one row of.
+struct HeldBytes {
+    /// The input table's shape when the head is a matrix of its own.
+    table: Option<[usize; 2]>,
+    bytes: u64,
+}
+
+impl burn::module::ModuleVisitor for HeldBytes {
+    fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<D>>) {
+        let tensor = param.val();
+        let dims = tensor.dims();
+        if self.table.is_some_and(|table| dims.as_slice() == table) {
+            return;
+        }
+        self.bytes += (dims.iter().product::<usize>() * tensor.dtype().size()) as u64;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,10 +285,11 @@ mod tests {
         let folder =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf/gpt2_tiny");
         let device = Device::flex();
-        let empty = folder_records(&folder, &device, "flex", 0, &QUICK).expect_err("0 tokens");
+        let empty =
+            folder_records(&folder, &device, "flex", 0, DType::F32, &QUICK).expect_err("0 tokens");
         assert!(empty.to_string().contains("at least one token"), "{empty}");
-        let huge =
-            folder_records(&folder, &device, "flex", usize::MAX, &QUICK).expect_err("usize::MAX");
+        let huge = folder_records(&folder, &device, "flex", usize::MAX, DType::F32, &QUICK)
+            .expect_err("usize::MAX");
         let text = huge.to_string();
         assert!(
             text.contains(&usize::MAX.to_string()) && text.contains("48 positions"),
@@ -274,8 +302,8 @@ mod tests {
         let folder =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf/llama_tiny");
         let device = Device::flex();
-        let (records, model) =
-            folder_records(&folder, &device, "flex", 4, &QUICK).expect("a Llama folder");
+        let (records, model) = folder_records(&folder, &device, "flex", 4, DType::F32, &QUICK)
+            .expect("a Llama folder");
         let names: Vec<&str> = records.iter().map(|r| r.case.as_str()).collect();
         assert_eq!(names, ["hf_llama_prefill", "hf_llama_decode"]);
         assert!(records.iter().all(|r| r.error.is_none()), "{records:?}");
@@ -304,6 +332,15 @@ mod tests {
             stored - table
         };
         assert_eq!(wall.weight_bytes, read * 4, "{stored} values stored");
+        // Held in bfloat16, the matrices take two bytes a value, the norms four.
+        let (_, half) =
+            folder_records(&folder, &device, "flex", 4, DType::BF16, &QUICK).expect("in bf16");
+        let half_wall = MemoryWall::new(&half, 2.0, 10.0);
+        assert!(
+            half_wall.weight_bytes > read * 2 && half_wall.weight_bytes < read * 2 + 4096,
+            "{} bytes held in bf16 for {read} values",
+            half_wall.weight_bytes
+        );
         assert!((wall.bound_ms - wall.weight_bytes as f64 / 1e7).abs() < 1e-9);
         assert!((wall.fraction - wall.bound_ms / 2.0).abs() < 1e-12);
     }

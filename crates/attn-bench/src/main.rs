@@ -87,6 +87,9 @@ enum Sub {
         /// Backends to run on, comma separated.
         #[arg(long, value_delimiter = ',', default_value = "flex")]
         device: Vec<String>,
+        /// The type the matrices are held in: f32, or bf16 (Llama-family folders).
+        #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+        dtype: String,
         /// One JSON object per line instead of a table.
         #[arg(long)]
         json: bool,
@@ -183,13 +186,19 @@ fn main() -> Result<()> {
             folder,
             prompt,
             device,
+            dtype,
             json,
         }) => {
+            let dtype = if dtype == "bf16" {
+                burn::tensor::DType::BF16
+            } else {
+                burn::tensor::DType::F32
+            };
             let bandwidth = attn_bench::machine::read_bandwidth();
             for name in &device {
                 let on = backend::device(name).with_context(|| format!("--device {name}"))?;
                 let (records, model) =
-                    attn_bench::hf::folder_records(&folder, &on, name, prompt, &FULL)?;
+                    attn_bench::hf::folder_records(&folder, &on, name, prompt, dtype, &FULL)?;
                 for record in &records {
                     if json {
                         println!("{}", record.to_json()?);
