@@ -712,17 +712,20 @@ fn a_config_that_is_not_a_small_regular_file_is_refused() {
     };
     std::fs::remove_file(&config).expect("remove");
     std::os::unix::fs::symlink("/dev/zero", &config).expect("symlink");
-    refused("a symlink to /dev/zero", "not a regular file");
+    refused(
+        "a symlink to /dev/zero",
+        "it is a device; only a regular file is read",
+    );
     std::fs::remove_file(&config).expect("remove");
     let status = std::process::Command::new("mkfifo")
         .arg(&config)
         .status()
         .expect("mkfifo runs");
     assert!(status.success());
-    refused("a FIFO", "not a regular file");
+    refused("a FIFO", "it is a FIFO; only a regular file is read");
     std::fs::remove_file(&config).expect("remove");
     std::fs::create_dir(&config).expect("a folder");
-    refused("a folder", "not a regular file");
+    refused("a folder", "it is a folder; only a regular file is read");
     std::fs::remove_dir(&config).expect("remove");
     std::fs::write(&config, vec![b' '; 2 << 20]).expect("write");
     refused("2 MiB of spaces", "2097152 bytes, more than the 1048576");

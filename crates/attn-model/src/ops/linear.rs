@@ -399,8 +399,9 @@ mod products {
 
     /// `x · weight + bias` for a `bfloat16` weight and `f32` `x` and bias: read in place when
     /// `x` has few rows and the weight is the transpose of `[d_output, d_input]` storage (a
-    /// loaded checkpoint's `Linear`, a tied embedding table), else widened to `f32` first.
-    /// `None` when `x` or the bias is not `f32`.
+    /// loaded checkpoint's `Linear`, a tied embedding table), else widened to `f32` where its
+    /// values lie and multiplied through the same strides. `None` when `x` or the bias is not
+    /// `f32`, or the weight has a negative stride.
     fn forward_bf16(
         x: &FlexTensor,
         weight: &FlexTensor,
@@ -431,23 +432,30 @@ mod products {
             };
             let x = flex_floats(x);
             attn_kernels::half::linear_bf16(&x, a.rows, &rows, bias.as_deref())
-        } else {
-            let wide: Vec<f32> = weight
-                .clone()
-                .to_contiguous()
-                .storage::<half::bf16>()
-                .iter()
-                .map(|v| v.to_f32())
-                .collect();
+        } else if strides.iter().all(|&s| s >= 0) {
+            // The stored values widened where they lie, on every thread, and multiplied as
+            // the same strided view: no transposed copy is made.
+            use rayon::prelude::*;
+            let stored: &[half::bf16] = weight.storage::<half::bf16>();
+            let mut wide = vec![0f32; stored.len()];
+            wide.par_chunks_mut(1 << 16)
+                .zip(stored.par_chunks(1 << 16))
+                .for_each(|(out, values)| {
+                    for (o, v) in out.iter_mut().zip(values) {
+                        *o = v.to_f32();
+                    }
+                });
             let w = Matrix {
                 values: Cow::Owned(wide),
-                offset: 0,
+                offset: layout.start_offset(),
                 rows: d_input,
                 columns: d_output,
-                row: d_output,
-                column: 1,
+                row: strides[0].unsigned_abs(),
+                column: strides[1].unsigned_abs(),
             };
             product(&a, &w, bias.as_deref())
+        } else {
+            return None;
         };
         Some(tensor(y, with_last(x.shape(), d_output)))
     }
