@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::optim::lr_scheduler::LrSchedulerRecord;
 use burn::optim::{ModuleOptimizer, OptimizerRecord};
-use burn::store::RecordError;
+use burn::store::{ModuleRecord, RecordError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -515,8 +515,13 @@ pub fn load(
 
     let optim_path = dir.join(OPTIMIZER_FILE);
     check_optimizer_fits(&optim_path, &model)?;
-    let record =
-        OptimizerRecord::load(&optim_path).map_err(|e| corrupt(&optim_path, e.to_string()))?;
+    // Read whole, as the model's record is (`load_model`).
+    let record = read_record(&optim_path)
+        .map_err(|reason| corrupt(&optim_path, reason))
+        .and_then(|bytes| {
+            OptimizerRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+                .map_err(|e| corrupt(&optim_path, e.to_string()))
+        })?;
     if state.step > 0 && record.is_empty() {
         return Err(corrupt(
             &optim_path,
@@ -578,16 +583,25 @@ pub fn weights_to_use(out: &Path) -> Result<PathBuf, TrainError> {
 /// model.
 pub fn load_model(dir: &Path, model: Model) -> Result<Model, TrainError> {
     let model_path = dir.join(MODEL_FILE);
-    let model = model.try_load_file(&model_path).map_err(|e| match e {
-        RecordError::Validation(reason) => TrainError::CheckpointMismatch {
-            path: model_path.clone(),
-            differences: format!("its weights do not fit this model ({reason})"),
-        },
-        RecordError::Io(reason) => TrainError::CorruptCheckpoint {
-            path: model_path.clone(),
-            reason,
-        },
+    // Read whole into memory first: a record read from the file hands its tensors' bytes over
+    // lazily, and a short or damaged file would then fail inside the backend (a panic on the
+    // CubeCL backends) instead of here.
+    let bytes = read_record(&model_path).map_err(|reason| TrainError::CorruptCheckpoint {
+        path: model_path.clone(),
+        reason,
     })?;
+    let model = ModuleRecord::from_bytes(burn::tensor::Bytes::from_bytes_vec(bytes))
+        .and_then(|record| model.try_load_record(record))
+        .map_err(|e| match e {
+            RecordError::Validation(reason) => TrainError::CheckpointMismatch {
+                path: model_path.clone(),
+                differences: format!("its weights do not fit this model ({reason})"),
+            },
+            RecordError::Io(reason) => TrainError::CorruptCheckpoint {
+                path: model_path.clone(),
+                reason,
+            },
+        })?;
     let mut count = NonFinite::default();
     model.visit(&mut count);
     if count.bad > 0 {
@@ -665,6 +679,15 @@ impl burn::module::ModuleVisitor for ParamShapes {
     ) {
         self.0.insert(param.id.val(), param.lazy_shape().to_vec());
     }
+}
+
+/// The bytes of the record file `path`: a regular file, read whole.
+fn read_record(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))
 }
 
 /// Counts the weights that are NaN or infinite, and names the first parameter holding one.
