@@ -7,7 +7,7 @@
 //! byte-level tokens) is handed on. Generation stops at the folder's end-of-text ids, at the
 //! user's stop strings, or after `max_new_tokens`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -17,6 +17,8 @@ use attn_model::hf::{CausalLm, ChatMessage, ChatTemplate, GenerationDefaults, Ll
 use attn_model::{GenerateConfig, KvCache, Prompt, Sampling};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use tokenizers::Tokenizer;
+
+use crate::render;
 
 /// The tokenizer file of a model folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
@@ -335,6 +337,8 @@ fn floor_char_boundary(text: &str, mut at: usize) -> usize {
 pub struct Chat<'a> {
     model: &'a FolderModel,
     template: &'a ChatTemplate,
+    /// The program whose child renders the template, or `None` to render in this process.
+    renderer: Option<PathBuf>,
     messages: Vec<ChatMessage>,
     cache: Option<KvCache>,
     /// The ids the cache holds, in order.
@@ -354,6 +358,7 @@ impl<'a> Chat<'a> {
         Ok(Self {
             model,
             template,
+            renderer: None,
             messages: system
                 .map(|s| vec![ChatMessage::new("system", s)])
                 .into_iter()
@@ -362,6 +367,14 @@ impl<'a> Chat<'a> {
             cache: None,
             cached: Vec::new(),
         })
+    }
+
+    /// Renders the template in a child process of `program` (the `attn-train` program), bounded
+    /// in memory and time ([`render`]), instead of in this one.
+    #[must_use]
+    pub fn rendered_by(mut self, program: PathBuf) -> Self {
+        self.renderer = Some(program);
+        self
     }
 
     /// Forgets every turn but the system message.
@@ -375,16 +388,38 @@ impl<'a> Chat<'a> {
     /// (Ctrl-C), keeping what was said.
     ///
     /// # Errors
-    /// A template or model error.
+    /// A template or model error; the conversation is then as it was before this turn.
     pub fn say(
         &mut self,
         user: &str,
         options: &Options,
         stop: &Arc<AtomicBool>,
-        mut on_text: impl FnMut(&str),
+        on_text: impl FnMut(&str),
     ) -> Result<Timing> {
         self.messages.push(ChatMessage::new("user", user));
-        let rendered = self.template.render(&self.messages, true)?;
+        let answer = self.answer(options, stop, on_text);
+        if answer.is_err() {
+            // The turn never happened; the cache may hold part of it, so it starts again.
+            self.messages.pop();
+            self.cache = None;
+            self.cached.clear();
+        }
+        answer
+    }
+
+    /// The answer to the conversation so far, which ends with the user's message.
+    fn answer(
+        &mut self,
+        options: &Options,
+        stop: &Arc<AtomicBool>,
+        mut on_text: impl FnMut(&str),
+    ) -> Result<Timing> {
+        let rendered = match &self.renderer {
+            Some(program) => {
+                render::render_in_child(program, self.template, &self.messages, true)?
+            }
+            None => self.template.render(&self.messages, true)?,
+        };
         let ids = self.model.encode(&rendered, false)?;
         // Feed only what the cache does not hold yet; start again if the history was
         // tokenized differently this time.

@@ -61,6 +61,7 @@ pub mod model;
 pub mod plot;
 mod progress;
 pub mod random;
+pub mod render;
 pub mod run_dir;
 pub mod schedule;
 pub mod tasks;

@@ -83,6 +83,10 @@ enum Command {
     /// Write one HTML page (no network needed) to explore a model's attention on a text: each
     /// head's lines from token to token, every layer and head at a glance.
     View(ViewArgs),
+    /// Renders one chat template request from standard input, within a memory cap (the chat's
+    /// child process, `attn_train::render`).
+    #[command(name = "render-chat-template", hide = true)]
+    RenderChatTemplate,
 }
 
 /// The flags of `attn-train view`.
@@ -200,14 +204,18 @@ fn report(error: &anyhow::Error) -> String {
 }
 
 fn run() -> Result<()> {
-    #[cfg(feature = "mimalloc")]
-    attn_train::allocator::keep_freed_memory();
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // The renderer's memory is capped: what it frees goes back to the system at once.
+    #[cfg(feature = "mimalloc")]
+    if !matches!(cli.command, Some(Command::RenderChatTemplate)) {
+        attn_train::allocator::keep_freed_memory();
+    }
     match &cli.command {
         Some(Command::Generate(args)) => return run_generate(args),
         Some(Command::Chat(args)) => return run_chat(args),
         Some(Command::View(args)) => return run_view(args),
+        Some(Command::RenderChatTemplate) => return attn_train::render::serve(),
         None => {}
     }
     let interrupt = Arc::new(AtomicBool::new(false));
@@ -436,7 +444,8 @@ fn run_chat(args: &ChatArgs) -> Result<()> {
     let device = folder_device(&args.device)?;
     let model = FolderModel::load(&args.model, &device, args.dtype)
         .with_context(|| format!("loading {}", args.model.display()))?;
-    let mut chat = folder::Chat::new(&model, args.system.clone())?;
+    let program = std::env::current_exe().context("cannot find this program's own file")?;
+    let mut chat = folder::Chat::new(&model, args.system.clone())?.rendered_by(program);
     let options = FolderOptions {
         max_new_tokens: args.max_new_tokens.max(1),
         sampling: sampling_of(args.temperature, args.top_k, args.top_p).unwrap_or_default(),
@@ -473,12 +482,16 @@ fn run_chat(args: &ChatArgs) -> Result<()> {
             }
             _ => {}
         }
-        let timing = chat.say(line, &options, &stop, |piece| {
+        let said = chat.say(line, &options, &stop, |piece| {
             let _ = write!(stdout, "{piece}");
             let _ = stdout.flush();
-        })?;
+        });
         println!();
-        eprintln!("{}", timing.summary());
+        match said {
+            Ok(timing) => eprintln!("{}", timing.summary()),
+            // The turn is dropped and the chat goes on: the next line may work.
+            Err(err) => eprintln!("{}", report(&err)),
+        }
     }
 }
 

@@ -394,3 +394,71 @@ fn generate_on_a_model_folder_streams_text_and_answers_a_file_of_prompts_line_by
     );
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+/// A copy of llama_tiny whose chat template explodes on three messages, in memory at once
+/// (`"%999999999999d"|format`), in memory by doubling a string (`~` in a loop), and in time, and
+/// renders as before on any other.
+fn hostile_chat_folder() -> PathBuf {
+    let dir = temp_out("hostile-chat");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for file in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
+        std::fs::copy(llama_tiny().join(file), dir.join(file)).expect("copy");
+    }
+    let original =
+        std::fs::read_to_string(llama_tiny().join("chat_template.jinja")).expect("template");
+    let hostile = format!(
+        "{{%- if messages[-1].content == 'wide' -%}}{{{{ '%999999999999d'|format(1) }}}}\
+         {{%- elif messages[-1].content == 'double' -%}}\
+         {{%- set ns = namespace(s='ab') -%}}\
+         {{%- for i in range(64) -%}}{{%- set ns.s = ns.s ~ ns.s -%}}{{%- endfor -%}}\
+         {{{{ ns.s|length }}}}\
+         {{%- elif messages[-1].content == 'slow' -%}}\
+         {{%- for i in range(100000) -%}}{{%- set x = ('a' ~ i % 10) * 40000000 -%}}{{%- endfor -%}}\
+         {{%- else -%}}{original}{{%- endif -%}}"
+    );
+    std::fs::write(dir.join("chat_template.jinja"), hostile).expect("write");
+    dir
+}
+
+#[test]
+fn chat_renders_a_hostile_template_in_a_bounded_child_and_goes_on() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = hostile_chat_folder();
+    let mut child = Command::new(PROGRAM)
+        .args(["chat", "--model", dir.to_str().expect("UTF-8")])
+        .args(["--max-new-tokens", "4"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the program starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"wide\ndouble\nslow\nHi\n")
+        .expect("write the turns");
+    let out = child.wait_with_output().expect("the chat ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // Each bomb ends the child that rendered it, by the bound it crossed, and only that turn.
+    assert_eq!(
+        stderr.matches("needed more than the 1024 MiB of memory").count(),
+        2,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("took longer than 10 s to render"),
+        "{stderr}"
+    );
+    // The last turn is answered from a history that holds none of the failed ones.
+    assert_eq!(stderr.matches("prefill:").count(), 1, "{stderr}");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

@@ -29,6 +29,10 @@
 //! [`CHAT_RENDER_FUEL`] instructions (minijinja's fuel) and [`CHAT_RECURSION_LIMIT`] levels of
 //! nested calls and blocks, and writes at most [`CHAT_PROMPT_MAX_BYTES`]; past any of these it
 //! ends in [`ChatError::RenderLimit`] instead of looping, recursing or growing without end.
+//! What it does not bound is the values a template builds on the way: minijinja has no limit on
+//! them, and `{% set ns.s = ns.s ~ ns.s %}` in a loop doubles a string at every turn. A program
+//! that renders templates it does not trust renders them in a process of their own under a
+//! memory cap, as the `attn-train` program does (`attn_train::render`).
 
 use std::fmt;
 use std::fs;
