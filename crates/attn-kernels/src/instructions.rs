@@ -55,6 +55,12 @@ impl Instructions {
     }
 }
 
+/// Whether `ATTN_NATIVE_ISA` leaves AVX-512 to the kernels (kernels outside the [`Pass`]
+/// dispatch, such as `bf16_dot`'s, ask before they run).
+pub(crate) fn avx512_allowed() -> bool {
+    capped() == Instructions::Best
+}
+
 /// [`Instructions::Best`] as capped by `ATTN_NATIVE_ISA`, read once per process.
 fn capped() -> Instructions {
     static CAP: OnceLock<Instructions> = OnceLock::new();

@@ -62,6 +62,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod backward;
+mod bf16_dot;
 mod decode;
 mod exp;
 mod forward;

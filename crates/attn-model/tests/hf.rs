@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use attn_model::hf::{
     Bert, BertConfig, CausalLm, GenerationDefaults, Gpt2, Gpt2Config, read_config, read_weights,
 };
+use attn_model::ops::linear_serves;
 use attn_model::{ConfigError, GenerateConfig, ModelError, Prompt};
 use attn_testing::reference::hf::TOLERANCE;
 use attn_testing::reference::{BertReference, CausalLmReference, Gpt2Reference};
@@ -128,6 +129,16 @@ const CAUSAL_LMS: [&str; 4] = ["llama_tiny", "qwen2_tiny", "qwen3_tiny", "mistra
 /// The real (unpadded) positions of a left-padded batch's logits, `[batch, seq_len, vocab]`,
 /// checked against the reference row by row.
 fn check_real_positions(logits: Tensor<3>, reference: &CausalLmReference, what: &str) -> f32 {
+    check_real_positions_within(logits, reference, what, TOLERANCE)
+}
+
+/// [`check_real_positions`] within `tolerance`.
+fn check_real_positions_within(
+    logits: Tensor<3>,
+    reference: &CausalLmReference,
+    what: &str,
+    tolerance: Tolerance,
+) -> f32 {
     let [batch, seq_len, vocab] = logits.dims();
     let actual = logits
         .into_data()
@@ -135,7 +146,7 @@ fn check_real_positions(logits: Tensor<3>, reference: &CausalLmReference, what: 
         .try_to_vec::<f32>()
         .expect("f32");
     let mask = &reference.batch_attention_mask.data;
-    let mut closeness = Closeness::new(TOLERANCE);
+    let mut closeness = Closeness::new(tolerance);
     let mut real = 0;
     for b in 0..batch {
         for t in 0..seq_len {
@@ -277,7 +288,22 @@ fn a_bf16_folder_kept_in_bf16_holds_its_file_size_and_matches_transformers() {
                 Some(ids(&reference.batch_attention_mask, &d.device)),
             )
             .expect("inputs fit");
-        check_real_positions(logits, &reference, "llama_tiny in bf16: batch_logits");
+        // On a CPU with vdpbf16ps, flex multiplies the batch's 22 rows by a bfloat16 weight
+        // with the inputs rounded to bfloat16, as PyTorch does in a bfloat16 model: the logits
+        // then carry bfloat16's rounding (8 bits of mantissa). transformers 5.24 itself, run in
+        // bfloat16 on this batch, is up to 0.105 from this f32 reference (0.017 on average).
+        let rounds_inputs = linear_serves(&d.device) && attn_kernels::half::has_bf16_dot();
+        let tolerance = if rounds_inputs {
+            Tolerance::new(0.08, 0.0)
+        } else {
+            TOLERANCE
+        };
+        check_real_positions_within(
+            logits,
+            &reference,
+            "llama_tiny in bf16: batch_logits",
+            tolerance,
+        );
         let expected = reference.new_tokens();
         let tokens = lm
             .generate(
@@ -305,7 +331,12 @@ fn a_bf16_folder_kept_in_bf16_holds_its_file_size_and_matches_transformers() {
                 .expect("inputs fit"),
             )
         };
-        assert_close_slices(&batch(&kept), &batch(&widened), 1e-4, 1e-4, "qwen2 batch");
+        let (atol, rtol) = if rounds_inputs {
+            (0.08, 0.0)
+        } else {
+            (1e-4, 1e-4)
+        };
+        assert_close_slices(&batch(&kept), &batch(&widened), atol, rtol, "qwen2 batch");
         let steps = |lm: &CausalLm| {
             lm.generate(
                 Prompt::new(ids(&qwen.prompt_ids, &d.device)),

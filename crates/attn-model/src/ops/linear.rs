@@ -393,14 +393,16 @@ mod products {
     }
 
     /// Rows of `x` up to which a `bfloat16` weight is read in place, each value widened in
-    /// registers ([`attn_kernels::half`]); past them, the product is compute-bound and the
-    /// weight is widened to `f32` once for `gemm`.
+    /// registers and multiplied by `f32` inputs ([`attn_kernels::half`]); past them, the
+    /// product is compute-bound: the inputs are rounded to `bfloat16` for the CPU's
+    /// `vdpbf16ps` where it has one ([`attn_kernels::half::linear_bf16_dot`]), else the weight
+    /// is widened to `f32` for `gemm`.
     const HALF_ROWS: usize = 8;
 
     /// `x · weight + bias` for a `bfloat16` weight and `f32` `x` and bias: read in place when
-    /// `x` has few rows and the weight is the transpose of `[d_output, d_input]` storage (a
-    /// loaded checkpoint's `Linear`, a tied embedding table), else widened to `f32` where its
-    /// values lie and multiplied through the same strides. `None` when `x` or the bias is not
+    /// the weight is the transpose of `[d_output, d_input]` storage (a loaded checkpoint's
+    /// `Linear`, a tied embedding table), by [`HALF_ROWS`]'s rule, else widened to `f32` where
+    /// its values lie and multiplied through the same strides. `None` when `x` or the bias is not
     /// `f32`, or the weight has a negative stride.
     fn forward_bf16(
         x: &FlexTensor,
@@ -417,21 +419,26 @@ mod products {
         let layout = weight.layout();
         let (shape, strides) = (weight.shape(), layout.strides());
         let (d_input, d_output) = (shape[0], shape[1]);
-        let in_place = a.rows <= HALF_ROWS
-            && a.columns == d_input
+        let in_rows = a.columns == d_input
             && strides[0] == 1
             && strides[1] >= 0
             && strides[1].unsigned_abs() >= d_input;
-        let y = if in_place {
-            let rows = attn_kernels::half::Bf16Rows {
-                values: weight.storage::<half::bf16>().reinterpret_cast(),
-                offset: layout.start_offset(),
-                d_output,
-                d_input,
-                row: strides[1].unsigned_abs(),
-            };
+        let rows = attn_kernels::half::Bf16Rows {
+            values: weight.storage::<half::bf16>().reinterpret_cast(),
+            offset: layout.start_offset(),
+            d_output,
+            d_input,
+            row: strides[1].unsigned_abs(),
+        };
+        let dot =
+            || attn_kernels::half::linear_bf16_dot(&flex_floats(x), a.rows, &rows, bias.as_deref());
+        let y = if in_rows && a.rows <= HALF_ROWS {
             let x = flex_floats(x);
             attn_kernels::half::linear_bf16(&x, a.rows, &rows, bias.as_deref())
+        } else if let Some(y) = in_rows.then(dot).flatten() {
+            // Many rows on a CPU with AVX-512 BF16: rounded to bfloat16, multiplied with
+            // vdpbf16ps, as PyTorch multiplies a bfloat16 model.
+            y
         } else if strides.iter().all(|&s| s >= 0) {
             // The stored values widened where they lie, on every thread, and multiplied as
             // the same strided view: no transposed copy is made.
