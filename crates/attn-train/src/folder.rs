@@ -415,9 +415,7 @@ impl<'a> Chat<'a> {
         mut on_text: impl FnMut(&str),
     ) -> Result<Timing> {
         let rendered = match &self.renderer {
-            Some(program) => {
-                render::render_in_child(program, self.template, &self.messages, true)?
-            }
+            Some(program) => render::render_in_child(program, self.template, &self.messages, true)?,
             None => self.template.render(&self.messages, true)?,
         };
         let ids = self.model.encode(&rendered, false)?;

@@ -148,7 +148,9 @@ pub fn render_in_child(
     if reply.len() as u64 > REPLY_MAX_BYTES {
         bail!("the chat template's rendering is longer than {REPLY_MAX_BYTES} bytes");
     }
-    match serde_json::from_slice(&reply).context("the chat template's rendering process answered with something that is not a reply")? {
+    match serde_json::from_slice(&reply).context(
+        "the chat template's rendering process answered with something that is not a reply",
+    )? {
         Reply::Prompt(prompt) => Ok(prompt),
         Reply::Error(message) => Err(anyhow!(message)),
     }

@@ -450,7 +450,9 @@ fn chat_renders_a_hostile_template_in_a_bounded_child_and_goes_on() {
     assert!(out.status.success(), "{stderr}");
     // Each bomb ends the child that rendered it, by the bound it crossed, and only that turn.
     assert_eq!(
-        stderr.matches("needed more than the 1024 MiB of memory").count(),
+        stderr
+            .matches("needed more than the 1024 MiB of memory")
+            .count(),
         2,
         "{stderr}"
     );
