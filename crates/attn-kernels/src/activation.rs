@@ -1,4 +1,5 @@
-//! GPT-2's tanh GELU on plain `f32` slices: one pass over the values, on every core.
+//! GPT-2's tanh GELU, and the SiLU gate of Llama's feed-forward, on plain `f32` slices: one
+//! pass over the values, on every core.
 //!
 //! ```text
 //! gelu(x) = x/2 · (1 + tanh(u)) = x / (1 + e^(−2u)),   u = √(2/π) · (x + 0.044715 x³)
@@ -57,12 +58,87 @@ impl Pass for GeluTanh<'_> {
     }
 }
 
+/// `−log2 e`.
+const MINUS_LOG2E: f32 = -std::f32::consts::LOG2_E;
+
+/// `out[i] = silu(gate[i]) · up[i]`, where `silu(x) = x / (1 + e^(−x))`: SwiGLU's hidden
+/// values (Llama, Qwen, Mistral), in one pass instead of burn's four (negate, exponentiate,
+/// divide, multiply by the expansion).
+///
+/// `e^(−x)` is `2^t` with `t = −x · log2 e`, clamped at 127 as in [`gelu_tanh`]: below
+/// `x ≈ −88` the gate is `x · 2^−127` instead of its limit `0`, within `1e-36`.
+///
+/// # Panics
+/// When the slices differ in length.
+pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert_eq!(gate.len(), out.len(), "gate and output lengths");
+    assert_eq!(up.len(), out.len(), "expansion and output lengths");
+    out.par_chunks_mut(CHUNK)
+        .zip(gate.par_chunks(CHUNK))
+        .zip(up.par_chunks(CHUNK))
+        .for_each(|((out, gate), up)| Instructions::Best.run(SiluMul { gate, up, out }));
+}
+
+/// One chunk of [`silu_mul`].
+struct SiluMul<'a> {
+    gate: &'a [f32],
+    up: &'a [f32],
+    out: &'a mut [f32],
+}
+
+impl Pass for SiluMul<'_> {
+    #[inline(always)]
+    fn run<K: Kernels>(self, kernels: K) {
+        for ((y, &g), &u) in self.out.iter_mut().zip(self.gate).zip(self.up) {
+            let t = MINUS_LOG2E * g;
+            let t = if t > 127.0 { 127.0 } else { t };
+            *y = g / (1.0 + kernels.exp2(t)) * u;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn definition(x: f32) -> f64 {
         crate::oracle::gelu_tanh(f64::from(x))
+    }
+
+    #[test]
+    fn silu_mul_matches_the_definition_on_every_instruction_set() {
+        let xs: Vec<f32> = (-40_000..=40_000)
+            .map(|i| i as f32 / 1000.0)
+            .chain([-1e4, -100.0, -88.0, -87.0, 88.0, 100.0, 1e4, 0.0, -0.0])
+            .collect();
+        let ups: Vec<f32> = (0..xs.len()).map(|i| (i % 7) as f32 - 3.0).collect();
+        for instructions in [
+            Instructions::Best,
+            Instructions::Avx2,
+            Instructions::Portable,
+        ] {
+            let mut out = vec![f32::NAN; xs.len()];
+            instructions.run(SiluMul {
+                gate: &xs,
+                up: &ups,
+                out: &mut out,
+            });
+            for ((&x, &u), &y) in xs.iter().zip(&ups).zip(&out) {
+                let want = crate::oracle::silu(f64::from(x)) * f64::from(u);
+                let err = (f64::from(y) - want).abs();
+                assert!(
+                    err <= 1e-6 + 2e-6 * want.abs(),
+                    "{instructions:?}: silu({x}) · {u} = {y}, the definition gives {want}"
+                );
+            }
+        }
+        // The threaded pass covers every value once.
+        let mut out = vec![f32::NAN; xs.len()];
+        silu_mul(&xs, &ups, &mut out);
+        for ((&x, &u), &y) in xs.iter().zip(&ups).zip(&out) {
+            let want = crate::oracle::silu(f64::from(x)) * f64::from(u);
+            assert!((f64::from(y) - want).abs() <= 1e-6 + 2e-6 * want.abs());
+        }
     }
 
     #[test]

@@ -29,6 +29,9 @@ const MR: usize = 12;
 const NR: usize = 32;
 /// Outputs whose weights one task copies and multiplies by its rows.
 const STRIPE: usize = 4 * NR;
+/// Pairs of inputs per pass over a panel: the panel's share, `KC · NR` pairs (16 KiB), stays
+/// in the L1 cache while every block of rows is multiplied by it.
+const KC: usize = 128;
 
 /// Whether this CPU runs [`linear_bf16_dot`] (AVX-512 F, BW and BF16), and `ATTN_NATIVE_ISA`
 /// does not cap the kernels below AVX-512.
@@ -82,48 +85,44 @@ pub fn linear_bf16_dot(
     if !has_bf16_dot() {
         return None;
     }
-    let pairs = w.d_input.div_ceil(2);
-    // Each row of x as bfloat16 pairs, the last one zero-padded when d_input is odd.
-    let mut a = vec![0u32; rows * pairs];
-    if pairs > 0 {
-        a.par_chunks_mut(pairs)
-            .zip(x.par_chunks(w.d_input.max(1)))
-            .for_each(|(packed, row)| {
-                for (pair, values) in packed.iter_mut().zip(row.chunks(2)) {
-                    let low = u32::from(round_to_bf16(values[0]));
-                    let high = values.get(1).map_or(0, |&v| u32::from(round_to_bf16(v)));
-                    *pair = low | (high << 16);
-                }
-            });
-    }
     let mut y = vec![0f32; rows * w.d_output];
     if rows == 0 || w.d_output == 0 {
         return Some(y);
     }
+    let pairs = w.d_input.div_ceil(2);
+    let a = pack_rows(x, rows, w.d_input);
     // Tasks: stripes of outputs, and where they are few, blocks of rows too, so that every
     // thread has several.
     let stripes = w.d_output.div_ceil(STRIPE);
     let wanted = 4 * rayon::current_num_threads();
-    let row_blocks = rows.div_ceil(MR);
-    let splits = wanted.div_ceil(stripes).clamp(1, row_blocks);
-    let rows_per_task = row_blocks.div_ceil(splits) * MR;
+    let blocks = rows.div_ceil(MR);
+    let splits = wanted.div_ceil(stripes).clamp(1, blocks);
+    let blocks_per_task = blocks.div_ceil(splits);
     let out = Out(y.as_mut_ptr());
-    let out = &out;
-    let a = &a;
+    let (out, a) = (&out, &a);
     (0..stripes * splits).into_par_iter().for_each(|task| {
         let (stripe, split) = (task / splits, task % splits);
         let first = stripe * STRIPE;
         let outputs = STRIPE.min(w.d_output - first);
-        let row_range = split * rows_per_task..((split + 1) * rows_per_task).min(rows);
-        if row_range.is_empty() {
+        let block_range = split * blocks_per_task..((split + 1) * blocks_per_task).min(blocks);
+        if block_range.is_empty() {
             return;
         }
         let packed = pack_stripe(w, first, outputs, pairs);
         let bias = bias.map(|b| &b[first..first + outputs]);
         #[cfg(target_arch = "x86_64")]
-        avx512::stripe(
-            a, pairs, row_range, &packed, outputs, bias, out, w.d_output, first,
-        );
+        avx512::stripe(&avx512::Stripe {
+            a,
+            pairs,
+            rows,
+            blocks: block_range,
+            packed: &packed,
+            outputs,
+            bias,
+            out,
+            d_output: w.d_output,
+            first,
+        });
     });
     Some(y)
 }
@@ -132,22 +131,60 @@ pub fn linear_bf16_dot(
 /// rows.
 struct Out(*mut f32);
 // SAFETY: the tasks of `linear_bf16_dot` write disjoint elements of the output (their stripe
-// of outputs in their block of rows), which outlives them.
+// of outputs in their blocks of rows), which outlives them.
 #[allow(unsafe_code)]
 unsafe impl Sync for Out {}
 
-/// Outputs `first..first + outputs` of `w` as `[p, j]` pairs, `j` padded with zeros to a
-/// multiple of [`NR`]: value `p · width + j` holds `W[first + j, 2p]` and `W[first + j, 2p+1]`
-/// (zero past `d_input`).
+/// The rows of `x` rounded to `bfloat16`, as blocks of [`MR`] rows, each `[p, i]`: value
+/// `(block · pairs + p) · MR + i` holds `x[block · MR + i, 2p]` and `x[.., 2p+1]`, zero past
+/// `d_input` and past the last row.
+fn pack_rows(x: &[f32], rows: usize, d_input: usize) -> Vec<u32> {
+    let pairs = d_input.div_ceil(2);
+    let mut a = vec![0u32; rows.div_ceil(MR) * pairs * MR];
+    if pairs == 0 {
+        return a;
+    }
+    a.par_chunks_mut(pairs * MR)
+        .enumerate()
+        .for_each(|(block, packed)| {
+            for i in 0..MR.min(rows - block * MR) {
+                let row = &x[(block * MR + i) * d_input..][..d_input];
+                for (p, values) in row.chunks(2).enumerate() {
+                    let low = u32::from(round_to_bf16(values[0]));
+                    let high = values.get(1).map_or(0, |&v| u32::from(round_to_bf16(v)));
+                    packed[p * MR + i] = low | (high << 16);
+                }
+            }
+        });
+    a
+}
+
+/// Outputs `first..first + outputs` of `w` as panels of [`NR`] outputs, each `[p, j]`: value
+/// `(panel · pairs + p) · NR + j` holds `W[first + panel · NR + j, 2p]` and `W[.., 2p+1]`,
+/// zero past `d_input` and past the last output.
 fn pack_stripe(w: &Bf16Rows<'_>, first: usize, outputs: usize, pairs: usize) -> Vec<u32> {
-    let width = outputs.div_ceil(NR) * NR;
-    let mut packed = vec![0u32; pairs * width];
-    for j in 0..outputs {
-        let start = w.offset + (first + j) * w.row;
-        let row = &w.values[start..start + w.d_input];
-        for (p, values) in row.chunks(2).enumerate() {
-            let high = values.get(1).map_or(0, |&v| u32::from(v));
-            packed[p * width + j] = u32::from(values[0]) | (high << 16);
+    let mut packed = vec![0u32; outputs.div_ceil(NR) * pairs * NR];
+    let full = w.d_input / 2;
+    for (panel, values) in packed.chunks_exact_mut(pairs * NR).enumerate() {
+        let columns = NR.min(outputs - panel * NR);
+        let rows: Vec<&[u16]> = (0..columns)
+            .map(|j| {
+                let start = w.offset + (first + panel * NR + j) * w.row;
+                &w.values[start..start + w.d_input]
+            })
+            .collect();
+        // Pair by pair, the panel's rows side by side: each row is read in order, and the
+        // panel is written in order.
+        for (p, out) in values.chunks_exact_mut(NR).take(full).enumerate() {
+            for (o, row) in out.iter_mut().zip(&rows) {
+                *o = u32::from(row[2 * p]) | (u32::from(row[2 * p + 1]) << 16);
+            }
+        }
+        if full < pairs {
+            let out = &mut values[full * NR..];
+            for (o, row) in out.iter_mut().zip(&rows) {
+                *o = u32::from(row[2 * full]);
+            }
         }
     }
     packed
@@ -159,128 +196,165 @@ mod avx512 {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{MR, NR, Out};
+    use super::{KC, MR, NR, Out};
 
-    /// Rows `rows` of the output's stripe: `outputs` values from `first`, from the packed
-    /// inputs `a` (`pairs` per row) and the packed stripe of weights.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn stripe(
-        a: &[u32],
-        pairs: usize,
-        rows: Range<usize>,
-        packed: &[u32],
-        outputs: usize,
-        bias: Option<&[f32]>,
-        out: &Out,
-        d_output: usize,
-        first: usize,
-    ) {
-        let width = outputs.div_ceil(NR) * NR;
-        assert!(rows.end * pairs <= a.len() && packed.len() == pairs * width);
-        let mut row = rows.start;
-        while row < rows.end {
-            let block = MR.min(rows.end - row);
-            for panel in (0..outputs).step_by(NR) {
-                let columns = NR.min(outputs - panel);
-                let bias = bias.map(|b| &b[panel..panel + columns]);
-                // SAFETY: `has_bf16_dot` held before any task started; the block's rows of `a`
-                // lie inside `a` (the assertion above), its `pairs` rows of the panel inside
-                // `packed`, and the output elements written are rows `row..row + block` of
-                // columns `first + panel..` + `columns`, inside `[rows, d_output]` and this
-                // task's own.
-                unsafe {
-                    tile(
-                        a.as_ptr().add(row * pairs),
-                        pairs,
-                        block,
-                        packed.as_ptr().add(panel),
-                        width,
-                        bias,
-                        out.0.add(row * d_output + first + panel),
-                        d_output,
-                        columns,
-                    );
+    /// One task: its blocks of rows against its stripe of outputs.
+    pub(super) struct Stripe<'a> {
+        /// Every row of the input, packed by `pack_rows`.
+        pub a: &'a [u32],
+        /// Pairs per row.
+        pub pairs: usize,
+        /// Rows of the output.
+        pub rows: usize,
+        /// This task's blocks of [`MR`] rows.
+        pub blocks: Range<usize>,
+        /// The stripe's weights, packed by `pack_stripe`.
+        pub packed: &'a [u32],
+        /// Outputs in the stripe.
+        pub outputs: usize,
+        /// The stripe's bias.
+        pub bias: Option<&'a [f32]>,
+        /// The output, `[rows, d_output]`.
+        pub out: &'a Out,
+        /// Outputs per row of the output.
+        pub d_output: usize,
+        /// The stripe's first output.
+        pub first: usize,
+    }
+
+    /// A task's share of the output: for each chunk of [`KC`] pairs, each panel of the stripe
+    /// against each block of rows, so that the panel's chunk (16 KiB) stays in the L1 cache
+    /// while the blocks stream past it.
+    pub(super) fn stripe(task: &Stripe<'_>) {
+        let Stripe {
+            a,
+            pairs,
+            rows,
+            ref blocks,
+            packed,
+            outputs,
+            bias,
+            out,
+            d_output,
+            first,
+        } = *task;
+        assert!(blocks.end * pairs * MR <= a.len());
+        assert!(packed.len() == outputs.div_ceil(NR) * pairs * NR);
+        for chunk in (0..pairs).step_by(KC) {
+            let length = KC.min(pairs - chunk);
+            for panel in 0..outputs.div_ceil(NR) {
+                let columns = NR.min(outputs - panel * NR);
+                let bias = if chunk == 0 {
+                    bias.map(|b| &b[panel * NR..][..columns])
+                } else {
+                    None
+                };
+                for block in blocks.clone() {
+                    let valid = MR.min(rows - block * MR);
+                    // SAFETY: `has_bf16_dot` held before any task started. The block's
+                    // chunk lies inside `a` and the panel's inside `packed` (the assertions
+                    // above); the elements of the output read and written are rows
+                    // `block · MR..` + `valid` of columns `first + panel · NR..` + `columns`,
+                    // inside `[rows, d_output]` and this task's own.
+                    unsafe {
+                        tile(
+                            a.as_ptr().add((block * pairs + chunk) * MR),
+                            packed.as_ptr().add((panel * pairs + chunk) * NR),
+                            length,
+                            out.0.add(block * MR * d_output + first + panel * NR),
+                            d_output,
+                            valid,
+                            columns,
+                            Sums::of(chunk == 0, bias),
+                        );
+                    }
                 }
             }
-            row += block;
         }
     }
 
-    /// Up to [`MR`] rows by up to [`NR`] outputs: `block` rows of `a` (each `pairs` pairs,
-    /// `pairs` apart), the panel's pairs `width` apart in `b`, written to `c` (rows `ldc`
-    /// apart), `columns` of them.
+    /// Where a tile's sums start: from the bias (or zero) on the first chunk of pairs, from
+    /// what the earlier chunks wrote after it.
+    #[derive(Clone, Copy)]
+    enum Sums<'a> {
+        Start(Option<&'a [f32]>),
+        Continue,
+    }
+
+    impl<'a> Sums<'a> {
+        fn of(first_chunk: bool, bias: Option<&'a [f32]>) -> Self {
+            if first_chunk {
+                Sums::Start(bias)
+            } else {
+                Sums::Continue
+            }
+        }
+    }
+
+    /// [`MR`] rows by [`NR`] outputs over `length` pairs: the block's pairs at `a`
+    /// (`[p, i]`, [`MR`] a pair), the panel's at `b` (`[p, j]`, [`NR`] a pair), written to
+    /// `c` (rows `ldc` apart): `valid` rows of `columns` values.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn tile(
         a: *const u32,
-        pairs: usize,
-        block: usize,
         b: *const u32,
-        width: usize,
-        bias: Option<&[f32]>,
+        length: usize,
         c: *mut f32,
         ldc: usize,
+        valid: usize,
         columns: usize,
+        start: Sums<'_>,
     ) {
         let mut sums = [_mm512_setzero_ps(); 2 * MR];
-        macro_rules! rows {
-            ($n:literal) => {{
-                for p in 0..pairs {
-                    // SAFETY (the caller's): pair `p` of the panel and of each of the rows.
-                    let (b0, b1) = unsafe {
-                        let at = b.add(p * width);
-                        (
-                            bf16x32(_mm512_loadu_si512(at.cast())),
-                            bf16x32(_mm512_loadu_si512(at.add(16).cast())),
-                        )
-                    };
-                    for i in 0..$n {
-                        let pair = unsafe { *a.add(i * pairs + p) };
-                        let x = bf16x32(_mm512_set1_epi32(pair as i32));
-                        sums[2 * i] = _mm512_dpbf16_ps(sums[2 * i], x, b0);
-                        sums[2 * i + 1] = _mm512_dpbf16_ps(sums[2 * i + 1], x, b1);
-                    }
-                }
-            }};
-        }
-        match block {
-            12 => rows!(12),
-            11 => rows!(11),
-            10 => rows!(10),
-            9 => rows!(9),
-            8 => rows!(8),
-            7 => rows!(7),
-            6 => rows!(6),
-            5 => rows!(5),
-            4 => rows!(4),
-            3 => rows!(3),
-            2 => rows!(2),
-            _ => rows!(1),
+        for p in 0..length {
+            // SAFETY (the caller's): pair `p` of the panel and of the block.
+            let (b0, b1, a) = unsafe {
+                let at = b.add(p * NR);
+                (
+                    bf16x32(_mm512_loadu_si512(at.cast())),
+                    bf16x32(_mm512_loadu_si512(at.add(16).cast())),
+                    a.add(p * MR),
+                )
+            };
+            for i in 0..MR {
+                let x = bf16x32(_mm512_set1_epi32(unsafe { *a.add(i) } as i32));
+                sums[2 * i] = _mm512_dpbf16_ps(sums[2 * i], x, b0);
+                sums[2 * i + 1] = _mm512_dpbf16_ps(sums[2 * i + 1], x, b1);
+            }
         }
         let mask = |from: usize| -> __mmask16 {
             let n = columns.saturating_sub(from).min(16);
             ((1u32 << n) - 1) as __mmask16
         };
         let (low, high) = (mask(0), mask(16));
-        let (bias0, bias1) = match bias {
+        let bias = match start {
             // SAFETY: `bias` holds `columns` values; the masked loads read no others.
-            Some(b) => unsafe {
-                (
+            Sums::Start(Some(b)) => unsafe {
+                Some((
                     _mm512_maskz_loadu_ps(low, b.as_ptr()),
                     _mm512_maskz_loadu_ps(high, b.as_ptr().wrapping_add(16)),
-                )
+                ))
             },
-            None => (_mm512_setzero_ps(), _mm512_setzero_ps()),
+            Sums::Start(None) => Some((_mm512_setzero_ps(), _mm512_setzero_ps())),
+            Sums::Continue => None,
         };
-        for i in 0..block {
+        for i in 0..valid {
             // SAFETY (the caller's): row `i` of the tile, `columns` values, masked.
             unsafe {
                 let row = c.add(i * ldc);
-                _mm512_mask_storeu_ps(row, low, _mm512_add_ps(sums[2 * i], bias0));
+                let (before0, before1) = match bias {
+                    Some(start) => start,
+                    None => (
+                        _mm512_maskz_loadu_ps(low, row),
+                        _mm512_maskz_loadu_ps(high, row.wrapping_add(16)),
+                    ),
+                };
+                _mm512_mask_storeu_ps(row, low, _mm512_add_ps(sums[2 * i], before0));
                 _mm512_mask_storeu_ps(
                     row.wrapping_add(16),
                     high,
-                    _mm512_add_ps(sums[2 * i + 1], bias1),
+                    _mm512_add_ps(sums[2 * i + 1], before1),
                 );
             }
         }
@@ -357,8 +431,8 @@ mod tests {
             return;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(7);
-        // Rows around the register block (12) and outputs around a panel (32) and a stripe
-        // (128); odd inputs leave the last pair half empty.
+        // Rows around the register block (12), outputs around a panel (32) and a stripe (128),
+        // inputs around a chunk of pairs (128); odd inputs leave the last pair half empty.
         for (rows, d_input, d_output) in [
             (1, 1, 1),
             (13, 7, 33),
@@ -367,6 +441,9 @@ mod tests {
             (40, 96, 300),
             (9, 3, 5),
             (100, 31, 64),
+            // Past one chunk of pairs (KC = 128): the sums go on from what was written.
+            (30, 301, 70),
+            (13, 600, 40),
         ] {
             let row = d_input + rng.random_range(0..3);
             let offset = rng.random_range(0..5);

@@ -14,6 +14,7 @@
 //! - [`decode_attention`]: a few queries (up to [`DECODE_MAX_QUERIES`]) against many keys,
 //!   split along the keys so that every core has work;
 //! - [`gelu_tanh`]: GPT-2's tanh GELU, one pass on every core;
+//! - [`silu_mul`]: SwiGLU's `silu(gate) · up`, one pass on every core;
 //! - [`layer_norm`] and [`layer_norm_backward`]: LayerNorm's row loops, rows split among the
 //!   threads;
 //! - [`products`]: matrix products on strided views through `gemm`, each output written once;
@@ -78,7 +79,7 @@ mod simd;
 mod testing;
 mod tiling;
 
-pub use activation::gelu_tanh;
+pub use activation::{gelu_tanh, silu_mul};
 pub use adam::AdamStep;
 pub use backward::{Gradients, attention_backward};
 pub use decode::{DECODE_MAX_QUERIES, attention as decode_attention};

@@ -173,6 +173,11 @@ pub fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + u.tanh())
 }
 
+/// SiLU by its definition, `x / (1 + e^(−x))`.
+pub fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -160,6 +160,9 @@ impl FeedForward {
             self.d_model()
         );
         let hidden = match &self.gate {
+            Some(gate) if self.activation == Activation::Silu => {
+                crate::ops::silu_gate(project(gate, x.clone()), project(&self.expand, x))
+            }
             Some(gate) => {
                 self.activation.apply(project(gate, x.clone())) * project(&self.expand, x)
             }

@@ -1,5 +1,6 @@
 //! The backend operations the layers around attention run on: the projections (`x · W + b`,
-//! [`LinearOps`]), LayerNorm ([`LayerNormOps`]) and GPT-2's GELU ([`gelu_tanh`]).
+//! [`LinearOps`]), LayerNorm ([`LayerNormOps`]), GPT-2's GELU ([`gelu_tanh`]) and SwiGLU's gate
+//! ([`silu_gate`]).
 //!
 //! Each is written once as a burn operation: on flex the kernels of `attn-kernels` run it on
 //! the tensors' own storage (a product that writes its output once, LayerNorm's row loops, one
@@ -16,10 +17,12 @@ mod gelu;
 mod layer_norm;
 #[allow(deprecated)]
 mod linear;
+mod silu;
 
 pub use gelu::gelu_tanh;
 pub use layer_norm::{LayerNormOps, layer_norm, layer_norm_serves};
 pub use linear::{LinearOps, linear, linear_serves};
+pub use silu::silu_gate;
 
 use attn_core::backend::BackendKind;
 use burn::tensor::{Device, Tensor};
