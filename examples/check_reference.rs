@@ -15,7 +15,8 @@ use clap::Parser;
 /// Check attention against reference vectors.
 #[derive(Parser)]
 struct Args {
-    /// Folder holding sdpa.json, positional.json, mha.json, encoder_layer.json (any subset).
+    /// Folder holding sdpa.json, positional.json, mha.json, encoder_layer.json,
+    /// decoder_layer.json (any subset).
     dir: PathBuf,
     /// Backends to run on (default: every compiled-in backend).
     #[arg(long, value_delimiter = ',')]

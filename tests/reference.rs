@@ -44,6 +44,7 @@ fn every_shipped_case_passes_on_every_backend_and_strategy() {
         ("positional.json", Some(10)),
         ("mha.json", Some(2 * 5)),
         ("encoder_layer.json", Some(4 * 5)),
+        ("decoder_layer.json", Some(2 * 5)),
     ] {
         let n = reports.iter().filter(|r| r.file == file).count();
         assert!(n > 0, "no case of {file} ran");

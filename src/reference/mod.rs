@@ -6,6 +6,7 @@
 //! yields one [`CaseReport`]. Shapes and values come from the files, so files made with other
 //! shapes or seeds are checked the same way.
 
+mod decoder_layer;
 mod encoder_layer;
 mod hf;
 mod mha;
@@ -17,8 +18,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use attn_core::Strategy;
 use attn_reference::{
-    AttentionWeights, Closeness, EncoderLayerFile, MhaFile, PositionalFile, RefTensor,
-    ReferenceFile, SdpaFile,
+    AttentionWeights, Closeness, DecoderLayerFile, EncoderLayerFile, MhaFile, PositionalFile,
+    RefTensor, ReferenceFile, SdpaFile,
 };
 use burn::tensor::Device;
 use serde::Serialize;
@@ -67,11 +68,12 @@ impl CaseReport {
 
 /// The reference files this checker understands, with the function that runs each.
 type Checker = fn(&Path, &[(String, Device)]) -> Result<Vec<CaseReport>>;
-const FILES: [(&str, Checker); 4] = [
+const FILES: [(&str, Checker); 5] = [
     (SdpaFile::PATH, sdpa::check),
     (PositionalFile::PATH, positional::check),
     (MhaFile::PATH, mha::check),
     (EncoderLayerFile::PATH, encoder_layer::check),
+    (DecoderLayerFile::PATH, decoder_layer::check),
 ];
 
 /// Runs every known reference file present in `dir` on every device, and every Hugging Face

@@ -1,23 +1,22 @@
 //! The decoder against independent references, on every compiled-in backend: PyTorch 2.15's
-//! `nn.TransformerDecoderLayer` (weights loaded from the `state_dict` it saved as
-//! safetensors), and, for the key/value cache and generation, the same model recomputed over
-//! the whole prefix without a cache.
+//! `nn.TransformerDecoderLayer` (weights loaded from the `state_dict` it saved as safetensors,
+//! beside `decoder_layer.json` in `crates/attn-testing/data`), and, for the key/value cache
+//! and generation, the same model recomputed over the whole prefix without a cache.
 //!
 //! `cargo test -p attn-model --test decoder_reference`
-
-use std::path::PathBuf;
 
 use attn_model::{
     Activation, AlibiForm, DecoderBlockConfig, DecoderInput, EncoderDecoderConfig,
     EncoderDecoderInput, GenerateConfig, ModelError, NeedWeights, NormPlacement, PositionalScheme,
     Prompt, Sampling, StateDict, TokenDecoder, TokenDecoderConfig, TokenDecoderInput,
 };
+use attn_testing::reference::encoder_layer::Activation as RefActivation;
+use attn_testing::reference::{DecoderLayerFile, ReferenceFile};
 use attn_testing::{
-    ATOL, RTOL, RefTensor, SeededRng, assert_close, assert_tensors_close, for_each_device, to_vec,
+    ATOL, RTOL, SeededRng, assert_close, assert_tensors_close, for_each_device, to_vec,
 };
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use serde::Deserialize;
 
 const VOCAB: usize = 11;
 const D_MODEL: usize = 12;
@@ -29,38 +28,10 @@ const SEQ_LEN: usize = 7;
 /// Leading padding of each sequence: lengths 7, 4 and 6.
 const LEFT_PAD: [usize; BATCH] = [0, 3, 1];
 
-fn data_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data")
-}
-
-#[derive(Deserialize)]
-struct DecoderCase {
-    name: String,
-    activation: String,
-    norm_first: bool,
-    d_model: usize,
-    n_heads: usize,
-    d_ff: usize,
-    layer_norm_eps: f64,
-    tgt: RefTensor,
-    memory: RefTensor,
-    memory_padding: RefTensor,
-    tgt_causal: bool,
-    out: RefTensor,
-    weights: String,
-}
-
-#[derive(Deserialize)]
-struct DecoderFile {
-    source: String,
-    cases: Vec<DecoderCase>,
-}
-
 #[test]
 fn decoder_layer_matches_pytorch_in_both_cases() {
-    let path = data_dir().join("decoder_layer.json");
-    let text = std::fs::read_to_string(&path).expect("reference file");
-    let file: DecoderFile = serde_json::from_str(&text).expect("reference JSON");
+    let dir = attn_testing::data_dir();
+    let file = DecoderLayerFile::read_from(&dir).expect("reference file");
     assert!(
         file.source.contains("TransformerDecoderLayer"),
         "{}",
@@ -71,8 +42,10 @@ fn decoder_layer_matches_pytorch_in_both_cases() {
     for_each_device(|d| {
         for case in &file.cases {
             assert!(case.tgt_causal, "{}: the block is always causal", case.name);
-            let dict = StateDict::from_safetensors_file(data_dir().join(&case.weights))
-                .expect("state dict");
+            let weights = case
+                .weights_path(&dir)
+                .expect("a file beside the reference");
+            let dict = StateDict::from_safetensors_file(weights).expect("state dict");
             let block = DecoderBlockConfig::new(case.d_model, case.n_heads, case.d_ff)
                 .with_dropout(0.0)
                 .with_norm(if case.norm_first {
@@ -80,10 +53,9 @@ fn decoder_layer_matches_pytorch_in_both_cases() {
                 } else {
                     NormPlacement::Post
                 })
-                .with_activation(match case.activation.as_str() {
-                    "relu" => Activation::Relu,
-                    "gelu" => Activation::Gelu,
-                    other => panic!("activation {other}"),
+                .with_activation(match case.activation {
+                    RefActivation::Relu => Activation::Relu,
+                    RefActivation::Gelu => Activation::Gelu,
                 })
                 .with_layer_norm_eps(case.layer_norm_eps)
                 .init(&d.device)

@@ -67,4 +67,12 @@ pub enum ReferenceError {
         /// The value.
         value: f32,
     },
+    /// A file named by a reference file that is not a plain name of a file beside it.
+    #[error("{field} is {name:?}, which is not the name of a file beside the reference file")]
+    NotAFileName {
+        /// The field that names the file.
+        field: &'static str,
+        /// The name given.
+        name: String,
+    },
 }

@@ -6,7 +6,7 @@
 //! - [`ReferenceFile`] reads a known file from a reference folder, with an error that names
 //!   the file and what is wrong ([`ReferenceError`]); [`read`] reads any other layout.
 //! - Each known file is one module holding its case types: [`sdpa`], [`positional`], [`mha`],
-//!   [`encoder_layer`], [`hf`].
+//!   [`encoder_layer`], [`decoder_layer`], [`hf`].
 //! - [`ATOL`], [`RTOL`] and [`Closeness`] decide whether computed values match, and keep the
 //!   largest difference for the report.
 //!
@@ -22,6 +22,7 @@
 //! ```
 
 pub mod close;
+pub mod decoder_layer;
 pub mod encoder_layer;
 mod error;
 mod file;
@@ -32,6 +33,7 @@ pub mod sdpa;
 mod tensor;
 
 pub use close::{ATOL, Closeness, RTOL, Tolerance, Worst};
+pub use decoder_layer::{DecoderLayerCase, DecoderLayerFile};
 pub use encoder_layer::{EncoderLayerCase, EncoderLayerFile};
 pub use error::ReferenceError;
 pub use file::{ReferenceFile, read};

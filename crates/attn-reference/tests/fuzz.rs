@@ -1,5 +1,6 @@
 //! Fuzz test of the reference-file reader: the workspace's real reference files (`sdpa.json`,
-//! `mha.json`, `positional.json`, `encoder_layer.json`, and the Hugging Face folders'
+//! `mha.json`, `positional.json`, `encoder_layer.json`, `decoder_layer.json`, and the Hugging
+//! Face folders'
 //! `reference.json`), mutated, must read or fail with a [`ReferenceError`] naming the file,
 //! never panic or abort; a file that reads holds tensors whose data fills their shape.
 //!
@@ -9,8 +10,8 @@
 use std::path::{Path, PathBuf};
 
 use attn_reference::{
-    BertReference, CausalLmReference, EncoderLayerFile, Gpt2Reference, MhaFile, PositionalFile,
-    RefTensor, ReferenceError, ReferenceFile, SdpaFile,
+    BertReference, CausalLmReference, DecoderLayerFile, EncoderLayerFile, Gpt2Reference, MhaFile,
+    PositionalFile, RefTensor, ReferenceError, ReferenceFile, SdpaFile,
 };
 use attn_testing::mutate::{self, Mutated};
 use burn::tensor::Device;
@@ -18,11 +19,12 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
 /// The known files: where each lies in a reference folder, and the folder it is copied from.
-const FILES: [(&str, &str); 10] = [
+const FILES: [(&str, &str); 11] = [
     (SdpaFile::PATH, "crates/attn-testing/data"),
     (MhaFile::PATH, "crates/attn-testing/data"),
     (PositionalFile::PATH, "crates/attn-testing/data"),
     (EncoderLayerFile::PATH, "crates/attn-testing/data"),
+    (DecoderLayerFile::PATH, "crates/attn-testing/data"),
     (BertReference::PATH, "crates/attn-model/tests/data"),
     (Gpt2Reference::PATH, "crates/attn-model/tests/data"),
     (CausalLmReference::PATH, "crates/attn-model/tests/data"),
@@ -122,10 +124,23 @@ fn read(i: usize, dir: &Path, device: &Device, what: &str) -> Result<(), Referen
             EncoderLayerFile::read_from(dir)?;
         }
         4 => {
+            let file = DecoderLayerFile::read_from(dir)?;
+            for case in &file.cases {
+                check_tensor(&case.memory_padding, device, what);
+                // A name that is not a file beside the reference file is refused by name.
+                if let Err(err) = case.weights_path(dir) {
+                    assert!(
+                        matches!(err, ReferenceError::NotAFileName { .. }),
+                        "{what}: {err}"
+                    );
+                }
+            }
+        }
+        5 => {
             let file = BertReference::from_folder(&model(FILES[i].0))?;
             check_tensor(&file.input_ids, device, what);
         }
-        5 => {
+        6 => {
             let file = Gpt2Reference::from_folder(&model(FILES[i].0))?;
             check_tensor(&file.batch_ids, device, what);
             let new = file.new_tokens();
