@@ -105,7 +105,7 @@ pub fn folder_records(
     prompt_len: usize,
     dtype: DType,
     budget: &Budget,
-) -> Result<(Vec<Record>, TokenDecoder)> {
+) -> Result<(Vec<Record>, TokenDecoder, Load)> {
     if prompt_len == 0 {
         bail!("a prompt needs at least one token, got 0");
     }
@@ -126,7 +126,11 @@ pub fn folder_records(
         }
         capacity = capacity.min(positions);
     }
+    let rss_before = crate::machine::resident_bytes()?;
+    let clock = std::time::Instant::now();
     let model = load(folder, &model_type, device, dtype)?;
+    let load_s = clock.elapsed().as_secs_f64();
+    let loaded = Load::new(folder, load_s, rss_before)?;
     let timed = model.clone();
     let vocab = model.vocab();
     let mut rng = ChaCha8Rng::seed_from_u64(SEED);
@@ -195,7 +199,71 @@ pub fn folder_records(
             },
         });
     }
-    Ok((records, model))
+    Ok((records, model, loaded))
+}
+
+/// Loading the folder: its time, and the process's resident memory against the weights'
+/// files, as `benches/peers/hf_llama.py` reports transformers' `from_pretrained`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Load {
+    /// Always `"load"`, telling the line from the bench's records.
+    pub kind: &'static str,
+    /// The CPU, as the records name it.
+    pub cpu: String,
+    /// Seconds from reading `config.json` to a model ready to run.
+    pub load_s: f64,
+    /// The process's resident-memory high-water mark after the load (`VmHWM`), in bytes.
+    pub peak_rss_bytes: u64,
+    /// The process's resident memory before the load, in bytes.
+    pub rss_before_load_bytes: u64,
+    /// Bytes of the folder's `*.safetensors` files.
+    pub weights_bytes: u64,
+    /// `peak_rss_bytes / weights_bytes`.
+    pub peak_rss_over_weights: f64,
+}
+
+impl Load {
+    /// The load of `folder` that took `load_s`, measured now, with `rss_before` resident
+    /// before it.
+    ///
+    /// # Errors
+    /// When `/proc/self/status` or the folder cannot be read.
+    pub fn new(folder: &Path, load_s: f64, rss_before: u64) -> Result<Self> {
+        let mut weights_bytes = 0;
+        for entry in std::fs::read_dir(folder)? {
+            let entry = entry?;
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".safetensors")
+            {
+                weights_bytes += entry.metadata()?.len();
+            }
+        }
+        let peak_rss_bytes = crate::machine::peak_resident_bytes()?;
+        Ok(Self {
+            kind: "load",
+            cpu: crate::machine::Machine::current().cpu.clone(),
+            load_s,
+            peak_rss_bytes,
+            rss_before_load_bytes: rss_before,
+            weights_bytes,
+            peak_rss_over_weights: peak_rss_bytes as f64 / weights_bytes.max(1) as f64,
+        })
+    }
+
+    /// One line for a person.
+    pub fn to_text(&self) -> String {
+        format!(
+            "load: {:.2} s; resident memory peaked at {:.1} MB ({:.1} MB before), {:.2}x the \
+             {:.1} MB of weight files",
+            self.load_s,
+            self.peak_rss_bytes as f64 / 1e6,
+            self.rss_before_load_bytes as f64 / 1e6,
+            self.peak_rss_over_weights,
+            self.weights_bytes as f64 / 1e6
+        )
+    }
 }
 
 /// Decoding against the memory's bandwidth: one token reads every weight once (the embedding
@@ -302,8 +370,15 @@ mod tests {
         let folder =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf/llama_tiny");
         let device = Device::flex();
-        let (records, model) = folder_records(&folder, &device, "flex", 4, DType::F32, &QUICK)
-            .expect("a Llama folder");
+        let (records, model, load) =
+            folder_records(&folder, &device, "flex", 4, DType::F32, &QUICK)
+                .expect("a Llama folder");
+        // The load line counts the folder's weight file, and a peak at least what was resident.
+        let file = std::fs::metadata(folder.join("model.safetensors"))
+            .expect("the weights")
+            .len();
+        assert_eq!(load.weights_bytes, file);
+        assert!(load.peak_rss_bytes >= load.rss_before_load_bytes && load.load_s > 0.0);
         let names: Vec<&str> = records.iter().map(|r| r.case.as_str()).collect();
         assert_eq!(names, ["hf_llama_prefill", "hf_llama_decode"]);
         assert!(records.iter().all(|r| r.error.is_none()), "{records:?}");
@@ -333,7 +408,7 @@ mod tests {
         };
         assert_eq!(wall.weight_bytes, read * 4, "{stored} values stored");
         // Held in bfloat16, the matrices take two bytes a value, the norms four.
-        let (_, half) =
+        let (_, half, _) =
             folder_records(&folder, &device, "flex", 4, DType::BF16, &QUICK).expect("in bf16");
         let half_wall = MemoryWall::new(&half, 2.0, 10.0);
         assert!(

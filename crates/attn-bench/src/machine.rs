@@ -151,6 +151,47 @@ pub fn threads() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// This process's resident memory now (`VmRSS` of `/proc/self/status`), in bytes.
+///
+/// # Errors
+/// Where `/proc/self/status` cannot be read or has no such line (not Linux).
+pub fn resident_bytes() -> anyhow::Result<u64> {
+    status_bytes(&self_status()?, "VmRSS:")
+}
+
+/// This process's resident-memory high-water mark (`VmHWM`), in bytes.
+///
+/// # Errors
+/// As [`resident_bytes`].
+pub fn peak_resident_bytes() -> anyhow::Result<u64> {
+    status_bytes(&self_status()?, "VmHWM:")
+}
+
+fn self_status() -> anyhow::Result<String> {
+    use anyhow::Context;
+    std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")
+}
+
+/// The line of a `/proc/<pid>/status` text that starts with `key` (`VmHWM:`, in kB), in bytes.
+///
+/// # Errors
+/// When there is no such line, or its value is not a number of kB.
+pub fn status_bytes(status: &str, key: &str) -> anyhow::Result<u64> {
+    use anyhow::Context;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .with_context(|| format!("/proc/self/status has no {key} line"))?;
+    let kib: u64 = line
+        .trim_start_matches(key)
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .with_context(|| format!("cannot read `{line}`"))?;
+    Ok(kib.saturating_mul(1024))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -194,11 +194,18 @@ fn main() -> Result<()> {
             } else {
                 burn::tensor::DType::F32
             };
-            let bandwidth = attn_bench::machine::read_bandwidth();
+            // Measured after the first load, so that its buffer is not in the load's peak.
+            let mut bandwidth = None;
             for name in &device {
                 let on = backend::device(name).with_context(|| format!("--device {name}"))?;
-                let (records, model) =
+                let (records, model, load) =
                     attn_bench::hf::folder_records(&folder, &on, name, prompt, dtype, &FULL)?;
+                let bandwidth = *bandwidth.get_or_insert_with(attn_bench::machine::read_bandwidth);
+                if json {
+                    println!("{}", serde_json::to_string(&load)?);
+                } else {
+                    println!("{}", load.to_text());
+                }
                 for record in &records {
                     if json {
                         println!("{}", record.to_json()?);

@@ -117,25 +117,7 @@ pub fn child(id: &str, device_name: &str, seq_len: usize) -> Result<()> {
 
 /// This process's resident-memory high-water mark (`VmHWM`), in MiB.
 fn peak_rss_mib() -> Result<f64> {
-    let status =
-        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
-    vm_hwm_mib(&status)
-}
-
-/// The `VmHWM` line of a `/proc/<pid>/status` text, in MiB.
-fn vm_hwm_mib(status: &str) -> Result<f64> {
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .context("/proc/self/status has no VmHWM line")?;
-    let kib: f64 = line
-        .trim_start_matches("VmHWM:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .with_context(|| format!("cannot read `{line}`"))?;
-    Ok(kib / 1024.0)
+    Ok(attn_bench::machine::peak_resident_bytes()? as f64 / (1024.0 * 1024.0))
 }
 
 #[cfg(test)]
@@ -145,8 +127,9 @@ mod tests {
     #[test]
     fn the_high_water_mark_reads_in_mib() {
         let status = "Name:\tattn-bench\nVmPeak:\t  999 kB\nVmHWM:\t    3072 kB\nVmRSS:\t 1 kB\n";
-        assert_eq!(vm_hwm_mib(status).expect("has VmHWM"), 3.0);
-        assert!(vm_hwm_mib("Name:\tattn-bench\n").is_err());
+        let vm_hwm = |status: &str| attn_bench::machine::status_bytes(status, "VmHWM:");
+        assert_eq!(vm_hwm(status).expect("has VmHWM"), 3 << 20);
+        assert!(vm_hwm("Name:\tattn-bench\n").is_err());
     }
 
     #[test]
