@@ -60,6 +60,7 @@ pub mod ops;
 mod project;
 pub mod pytorch;
 mod residual;
+mod safetensors_file;
 mod token_decoder;
 mod token_encoder;
 

@@ -337,15 +337,12 @@ impl StateDict {
     /// # Errors
     /// [`ModelError::Load`] naming the path when it cannot be read or is not safetensors.
     pub fn from_safetensors_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
-        let path = path.as_ref();
-        // burn-store maps the file; a missing file is reported here with its path.
-        std::fs::metadata(path).map_err(|e| ModelError::Load {
-            reason: format!("{}: {e}", path.display()),
-        })?;
-        Self::from_store(
-            SafetensorsStore::from_file(path),
-            &format!("{}: ", path.display()),
-        )
+        // Each tensor read once, into its own buffer, rather than copied out of a map whose
+        // pages would stay resident beside the copies (`safetensors_file`).
+        Ok(Self {
+            tensors: crate::safetensors_file::tensors(path.as_ref())?,
+            matrices: None,
+        })
     }
 
     /// Reads a pickled PyTorch file (`torch.save(model.state_dict())`, `pytorch_model.bin`).
