@@ -1,5 +1,5 @@
-//! Products with `bfloat16` weights and `f32` inputs, accumulated in `f32`: what decoding with
-//! a half-precision model needs, where every weight is read once per token and the bytes read
+//! Products of a few rows with weights stored as rows (`bfloat16` or `f32`), accumulated in
+//! `f32`: what decoding needs, where every weight is read once per token and the bytes read
 //! are the time taken.
 //!
 //! ```text
@@ -26,12 +26,12 @@ const LANES: usize = 32;
 /// Output values per rayon task: enough weights (`OUTPUTS · d_input`) to pay for a task.
 const OUTPUTS: usize = 64;
 
-/// `W` in PyTorch's `Linear` layout: `d_output` rows of `d_input` `bfloat16` values (their bits),
-/// row `j` starting at `offset + j · row`.
+/// `W` in PyTorch's `Linear` layout: `d_output` rows of `d_input` values, row `j` starting at
+/// `offset + j · row`; `T` is `u16` for `bfloat16` bits ([`Bf16Rows`]) or `f32`.
 #[derive(Clone, Copy, Debug)]
-pub struct Bf16Rows<'a> {
-    /// The stored values, as `u16` bit patterns.
-    pub values: &'a [u16],
+pub struct Rows<'a, T> {
+    /// The stored values (`bfloat16` as `u16` bit patterns).
+    pub values: &'a [T],
     /// Index of `W[0, 0]` in `values`.
     pub offset: usize,
     /// Rows (outputs).
@@ -42,11 +42,34 @@ pub struct Bf16Rows<'a> {
     pub row: usize,
 }
 
-impl Bf16Rows<'_> {
+/// `bfloat16` weights, as their bits.
+pub type Bf16Rows<'a> = Rows<'a, u16>;
+
+impl<T> Rows<'_, T> {
     /// Row `j`'s `d_input` values.
-    fn row(&self, j: usize) -> &[u16] {
+    fn row(&self, j: usize) -> &[T] {
         let start = self.offset + j * self.row;
         &self.values[start..start + self.d_input]
+    }
+}
+
+/// A stored weight, read as the `f32` it is or widens to.
+pub trait Weight: Copy + Send + Sync {
+    /// The value as an `f32`.
+    fn widen(self) -> f32;
+}
+
+impl Weight for u16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        bf16_to_f32(self)
+    }
+}
+
+impl Weight for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
     }
 }
 
@@ -63,6 +86,23 @@ pub fn bf16_to_f32(bits: u16) -> f32 {
 /// When `x` is not `rows · d_input` long, `bias` not `d_output`, or `W`'s rows run past its
 /// values.
 pub fn linear_bf16(x: &[f32], rows: usize, w: &Bf16Rows<'_>, bias: Option<&[f32]>) -> Vec<f32> {
+    linear_rows(x, rows, w, bias)
+}
+
+/// `y = x · Wᵀ + bias` for a few rows of `x` (`[rows, d_input]`, contiguous) and `W` stored as
+/// [`Rows`] of `f32` or `bfloat16`: `[rows, d_output]`, row-major. Each row of `W` is read once
+/// for all the rows of `x`, as dot products, its outputs split among rayon's threads: what a
+/// decoding step needs, where the bytes of `W` read are the time taken.
+///
+/// # Panics
+/// When `x` is not `rows · d_input` long, `bias` not `d_output`, or `W`'s rows run past its
+/// values.
+pub fn linear_rows<T: Weight>(
+    x: &[f32],
+    rows: usize,
+    w: &Rows<'_, T>,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
     assert_eq!(x.len(), rows * w.d_input, "x is [rows, d_input]");
     assert!(w.row >= w.d_input, "rows overlap");
     if w.d_output > 0 {
@@ -75,7 +115,7 @@ pub fn linear_bf16(x: &[f32], rows: usize, w: &Bf16Rows<'_>, bias: Option<&[f32]
     // Outputs first: each task reads its rows of W once for every row of x.
     let mut by_output = vec![0f32; w.d_output * rows]; // [d_output, rows]
     by_output
-        .par_chunks_mut(OUTPUTS * rows)
+        .par_chunks_mut(OUTPUTS * rows.max(1))
         .enumerate()
         .for_each(|(task, out)| {
             let first = task * OUTPUTS;
@@ -87,6 +127,15 @@ pub fn linear_bf16(x: &[f32], rows: usize, w: &Bf16Rows<'_>, bias: Option<&[f32]
                 out,
             });
         });
+    if rows == 1 {
+        // [d_output, 1] is already [1, d_output].
+        if let Some(b) = bias {
+            for (y, b) in by_output.iter_mut().zip(b) {
+                *y += b;
+            }
+        }
+        return by_output;
+    }
     let mut y = vec![0f32; rows * w.d_output];
     for (j, column) in by_output.chunks_exact(rows.max(1)).enumerate() {
         let b = bias.map_or(0.0, |b| b[j]);
@@ -99,15 +148,15 @@ pub fn linear_bf16(x: &[f32], rows: usize, w: &Bf16Rows<'_>, bias: Option<&[f32]
 
 /// The dot products of outputs `first..` (as many as `out` holds, `rows` values each) with
 /// every row of `x`.
-struct Dots<'a> {
+struct Dots<'a, T> {
     x: &'a [f32],
     rows: usize,
-    w: &'a Bf16Rows<'a>,
+    w: &'a Rows<'a, T>,
     first: usize,
     out: &'a mut [f32],
 }
 
-impl Pass for Dots<'_> {
+impl<T: Weight> Pass for Dots<'_, T> {
     #[inline(always)]
     fn run<K: Kernels>(self, kernels: K) {
         let d_input = self.w.d_input;
@@ -122,7 +171,7 @@ impl Pass for Dots<'_> {
 
 /// `Σ x[i] · widen(w[i])`, in [`LANES`] running sums.
 #[inline(always)]
-fn dot<K: Kernels>(kernels: K, x: &[f32], w: &[u16]) -> f32 {
+fn dot<K: Kernels, T: Weight>(kernels: K, x: &[f32], w: &[T]) -> f32 {
     let mut sums = [0f32; LANES];
     let (x_blocks, x_tail) = x.split_at(x.len() / LANES * LANES);
     let (w_blocks, w_tail) = w.split_at(x_blocks.len());
@@ -131,12 +180,12 @@ fn dot<K: Kernels>(kernels: K, x: &[f32], w: &[u16]) -> f32 {
         .zip(w_blocks.chunks_exact(LANES))
     {
         for ((s, &x), &w) in sums.iter_mut().zip(xs).zip(ws) {
-            *s = kernels.mul_add(x, bf16_to_f32(w), *s);
+            *s = kernels.mul_add(x, w.widen(), *s);
         }
     }
     let mut total = sums.iter().sum::<f32>();
     for (&x, &w) in x_tail.iter().zip(w_tail) {
-        total = kernels.mul_add(x, bf16_to_f32(w), total);
+        total = kernels.mul_add(x, w.widen(), total);
     }
     total
 }
@@ -209,6 +258,47 @@ mod tests {
                     let tolerance = 1e-5 * (1.0 + d_input as f64).sqrt();
                     assert!(
                         (got - exact).abs() <= tolerance,
+                        "rows {rows}, d_input {d_input}, output [{r}, {j}]: {got} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn f32_rows_match_the_f64_sums() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for (rows, d_input, d_output, pad, offset) in
+            [(1, 576, 193, 0, 0), (3, 67, 129, 5, 3), (8, 1, 2, 0, 1)]
+        {
+            let row = d_input + pad;
+            let values: Vec<f32> = (0..offset + d_output * row)
+                .map(|_| rng.random_range(-1.0f32..1.0))
+                .collect();
+            let x: Vec<f32> = (0..rows * d_input)
+                .map(|_| rng.random_range(-1.0f32..1.0))
+                .collect();
+            let bias: Vec<f32> = (0..d_output).map(|j| 0.5 - j as f32 * 0.01).collect();
+            let w = Rows {
+                values: &values,
+                offset,
+                d_output,
+                d_input,
+                row,
+            };
+            let y = linear_rows(&x, rows, &w, Some(&bias));
+            for r in 0..rows {
+                for j in 0..d_output {
+                    let exact: f64 = f64::from(bias[j])
+                        + (0..d_input)
+                            .map(|i| {
+                                f64::from(x[r * d_input + i])
+                                    * f64::from(values[offset + j * row + i])
+                            })
+                            .sum::<f64>();
+                    let got = f64::from(y[r * d_output + j]);
+                    assert!(
+                        (got - exact).abs() <= 1e-5 * (1.0 + d_input as f64).sqrt(),
                         "rows {rows}, d_input {d_input}, output [{r}, {j}]: {got} vs {exact}"
                     );
                 }

@@ -679,10 +679,13 @@ pub(crate) fn load_linear(
         &[d_output, d_input],
         &torch.weight.dims(),
     )?;
-    // A half-precision weight stays a transposed view of its `[d_output, d_input]` rows: the
-    // half-precision products read those rows in place (`ops::linear`).
+    // The weight stays a transposed view of its `[d_output, d_input]` rows where `ops::linear`
+    // multiplies such views in place (flex: the rows read as dot products by a decoding step,
+    // gemm's strides for many rows), and always in half precision; elsewhere an f32 weight is
+    // copied once into burn's layout.
     let weight = torch.weight.transpose(); // [d_input, d_output]
-    let weight = if weight.dtype() == burn::tensor::DType::F32 {
+    let in_place = crate::ops::linear_serves(&weight.device());
+    let weight = if weight.dtype() == burn::tensor::DType::F32 && !in_place {
         contiguous(weight)
     } else {
         weight

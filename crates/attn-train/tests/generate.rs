@@ -262,8 +262,11 @@ fn a_chat_turn_renders_tokenizes_and_answers_as_transformers_does() {
     .expect("parses");
     let chat = reference.chat;
     let device = burn::tensor::Device::flex();
-    // The folder's own bfloat16 (`--dtype auto`).
-    let model = FolderModel::load(&llama_tiny(), &device, WeightType::Auto).expect("loads");
+    // Widened to f32: transformers computed this row in f32 from the bf16 weights. Kept in
+    // bf16 (`--dtype auto`), a prompt of more than 8 tokens is multiplied with its inputs
+    // rounded to bf16 where the CPU has vdpbf16ps, and the 7th token, whose two best logits
+    // are 0.04 apart, may then go the other way (bf16's rounding is checked in tests/hf.rs).
+    let model = FolderModel::load(&llama_tiny(), &device, WeightType::F32).expect("loads");
     assert_eq!(
         model.encode(&chat.text, true).expect("tokenizes"),
         chat.text_ids

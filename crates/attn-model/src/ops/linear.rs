@@ -467,6 +467,52 @@ mod products {
         Some(tensor(y, with_last(x.shape(), d_output)))
     }
 
+    /// Whether `weight` (`[d_input, d_output]`) is the transpose of `[d_output, d_input]`
+    /// storage, each output's weights contiguous: a loaded checkpoint's `Linear`, a tied
+    /// embedding table seen as the output head.
+    pub(super) fn is_rows_view(weight: &FlexTensor) -> bool {
+        let (shape, layout) = (weight.shape(), weight.layout());
+        let strides = layout.strides();
+        shape.num_dims() == 2
+            && strides[0] == 1
+            && strides[1] >= 0
+            && strides[1].unsigned_abs() >= shape[0]
+    }
+
+    /// `x · weight + bias` for at most [`HALF_ROWS`] rows of `x` and an `f32` weight stored as
+    /// rows ([`is_rows_view`]): each output's weights read once as a dot product with every row,
+    /// the outputs split among the threads ([`attn_kernels::half::linear_rows`]); a decoding
+    /// step's products. `None` for any other call.
+    fn few_rows_f32(
+        x: &FlexTensor,
+        weight: &FlexTensor,
+        bias: Option<&FlexTensor>,
+    ) -> Option<FlexTensor> {
+        if weight.dtype() != DType::F32 || x.dtype() != DType::F32 || !is_rows_view(weight) {
+            return None;
+        }
+        let a = matrix(x)?;
+        let (d_input, d_output) = (weight.shape()[0], weight.shape()[1]);
+        if a.rows > HALF_ROWS || a.columns != d_input {
+            return None;
+        }
+        let bias = match bias {
+            Some(b) if b.dtype() != DType::F32 => return None,
+            Some(b) => Some(flex_floats(b)),
+            None => None,
+        };
+        let layout = weight.layout();
+        let rows = attn_kernels::half::Rows {
+            values: weight.storage::<f32>(),
+            offset: layout.start_offset(),
+            d_output,
+            d_input,
+            row: layout.strides()[1].unsigned_abs(),
+        };
+        let y = attn_kernels::half::linear_rows(&flex_floats(x), a.rows, &rows, bias.as_deref());
+        Some(tensor(y, with_last(x.shape(), d_output)))
+    }
+
     /// `x · weight + bias`, or `None` when an operand is not `f32` (a `bfloat16` weight with
     /// `f32` `x` is served too: [`forward_bf16`]).
     pub(super) fn forward(
@@ -476,6 +522,9 @@ mod products {
     ) -> Option<FlexTensor> {
         if weight.dtype() == DType::BF16 && weight.shape().num_dims() == 2 {
             return forward_bf16(x, weight, bias);
+        }
+        if let Some(y) = few_rows_f32(x, weight, bias) {
+            return Some(y);
         }
         let (a, w) = (matrix(x)?, matrix(weight)?);
         let bias = match bias {
@@ -535,6 +584,16 @@ mod flex {
                 .chain(bias.map(Tensor::dtype))
                 .all(|t| t == DType::F32)
             && super::super::is_flex_inference(x)
+            && !stored_as_rows(weight)
+    }
+
+    /// Whether `weight` is a flex tensor stored as rows, which `products` multiplies by one
+    /// row of `x` itself.
+    fn stored_as_rows(weight: &Tensor<2>) -> bool {
+        weight
+            .clone()
+            .try_into_primitive::<burn::backend::Flex>()
+            .is_ok_and(|w| super::products::is_rows_view(&w))
     }
 
     /// `x · weight + bias` with the output columns split into one strip per thread, or `None`
