@@ -5,8 +5,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
-use attn_model::{Activation, DecoderBlockConfig, DecoderInput, NormPlacement, StateDict};
-use attn_reference::encoder_layer::Activation as RefActivation;
+use attn_model::{DecoderBlockConfig, DecoderInput, StateDict};
 use attn_reference::{Closeness, DecoderLayerFile, ReferenceFile};
 use burn::tensor::Device;
 
@@ -25,15 +24,7 @@ pub(super) fn check(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<Case
         let weights = case.weights_path(dir)?;
         let dict = StateDict::from_safetensors_file(&weights)
             .with_context(|| format!("case {}: reading {}", case.name, weights.display()))?;
-        let activation = match case.activation {
-            RefActivation::Relu => Activation::Relu,
-            RefActivation::Gelu => Activation::Gelu,
-        };
-        let norm = if case.norm_first {
-            NormPlacement::Pre
-        } else {
-            NormPlacement::Post
-        };
+        let (activation, norm) = super::block_settings(case.activation, case.norm_first);
         for (backend, device) in devices {
             for strategy in STRATEGIES {
                 let block = DecoderBlockConfig::new(case.d_model, case.n_heads, case.d_ff)

@@ -4,10 +4,7 @@
 use std::path::Path;
 
 use anyhow::Result;
-use attn_model::{
-    Activation, EncoderBlockConfig, EncoderInput, NormPlacement, TorchEncoderLayer, TorchLayerNorm,
-};
-use attn_reference::encoder_layer::Activation as RefActivation;
+use attn_model::{EncoderBlockConfig, EncoderInput, TorchEncoderLayer, TorchLayerNorm};
 use attn_reference::{Closeness, EncoderLayerCase, EncoderLayerFile, RefTensor, ReferenceFile};
 use burn::tensor::Device;
 
@@ -34,15 +31,7 @@ pub(super) fn check(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<Case
     let file = EncoderLayerFile::read_from(dir)?;
     let mut reports = Vec::new();
     for case in &file.cases {
-        let activation = match case.activation {
-            RefActivation::Relu => Activation::Relu,
-            RefActivation::Gelu => Activation::Gelu,
-        };
-        let norm = if case.norm_first {
-            NormPlacement::Pre
-        } else {
-            NormPlacement::Post
-        };
+        let (activation, norm) = super::block_settings(case.activation, case.norm_first);
         for (backend, device) in devices {
             let weights = weights(case, device)?;
             for strategy in STRATEGIES {

@@ -116,6 +116,24 @@ pub fn check_dir(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<CaseRep
     Ok(reports)
 }
 
+/// The block settings of a PyTorch layer's `activation` and `norm_first`.
+fn block_settings(
+    activation: attn_reference::encoder_layer::Activation,
+    norm_first: bool,
+) -> (attn_model::Activation, attn_model::NormPlacement) {
+    use attn_reference::encoder_layer::Activation as Torch;
+    let activation = match activation {
+        Torch::Relu => attn_model::Activation::Relu,
+        Torch::Gelu => attn_model::Activation::Gelu,
+    };
+    let norm = if norm_first {
+        attn_model::NormPlacement::Pre
+    } else {
+        attn_model::NormPlacement::Post
+    };
+    (activation, norm)
+}
+
 /// The projections as the model's PyTorch loader takes them, on `device`.
 fn torch_attention(
     weights: &AttentionWeights,

@@ -73,15 +73,7 @@ pub fn linear_bf16_dot(
     w: &Bf16Rows<'_>,
     bias: Option<&[f32]>,
 ) -> Option<Vec<f32>> {
-    assert_eq!(x.len(), rows * w.d_input, "x is [rows, d_input]");
-    assert!(w.row >= w.d_input, "rows overlap");
-    if w.d_output > 0 {
-        let end = w.offset + (w.d_output - 1) * w.row + w.d_input;
-        assert!(end <= w.values.len(), "W ends at {end}, past its values");
-    }
-    if let Some(b) = bias {
-        assert_eq!(b.len(), w.d_output, "bias is [d_output]");
-    }
+    crate::half::check_operands(x, rows, w, bias);
     if !has_bf16_dot() {
         return None;
     }

@@ -103,15 +103,7 @@ pub fn linear_rows<T: Weight>(
     w: &Rows<'_, T>,
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
-    assert_eq!(x.len(), rows * w.d_input, "x is [rows, d_input]");
-    assert!(w.row >= w.d_input, "rows overlap");
-    if w.d_output > 0 {
-        let end = w.offset + (w.d_output - 1) * w.row + w.d_input;
-        assert!(end <= w.values.len(), "W ends at {end}, past its values");
-    }
-    if let Some(b) = bias {
-        assert_eq!(b.len(), w.d_output, "bias is [d_output]");
-    }
+    check_operands(x, rows, w, bias);
     // Outputs first: each task reads its rows of W once for every row of x.
     let mut by_output = vec![0f32; w.d_output * rows]; // [d_output, rows]
     by_output
@@ -144,6 +136,20 @@ pub fn linear_rows<T: Weight>(
         }
     }
     y
+}
+
+/// Panics unless `x` is `rows · d_input` long, `bias` is `d_output` long and `W`'s rows lie
+/// inside its values: the operands of a product `x · Wᵀ + bias`.
+pub(crate) fn check_operands<T>(x: &[f32], rows: usize, w: &Rows<'_, T>, bias: Option<&[f32]>) {
+    assert_eq!(x.len(), rows * w.d_input, "x is [rows, d_input]");
+    assert!(w.row >= w.d_input, "rows overlap");
+    if w.d_output > 0 {
+        let end = w.offset + (w.d_output - 1) * w.row + w.d_input;
+        assert!(end <= w.values.len(), "W ends at {end}, past its values");
+    }
+    if let Some(b) = bias {
+        assert_eq!(b.len(), w.d_output, "bias is [d_output]");
+    }
 }
 
 /// The dot products of outputs `first..` (as many as `out` holds, `rows` values each) with
