@@ -209,6 +209,31 @@ mod tests {
         ((bits + rounding) >> 16) as u16
     }
 
+    /// Asserts that `y` is `x · Wᵀ + bias` summed in f64 over the widened weights, within f32
+    /// accumulation's rounding.
+    fn assert_f64_sums<T: Weight>(
+        x: &[f32],
+        rows: usize,
+        w: &Rows<'_, T>,
+        bias: &[f32],
+        y: &[f32],
+    ) {
+        let d_input = w.d_input;
+        for r in 0..rows {
+            for j in 0..w.d_output {
+                let exact: f64 = f64::from(bias[j])
+                    + (0..d_input)
+                        .map(|i| f64::from(x[r * d_input + i]) * f64::from(w.row(j)[i].widen()))
+                        .sum::<f64>();
+                let got = f64::from(y[r * w.d_output + j]);
+                assert!(
+                    (got - exact).abs() <= 1e-5 * (1.0 + d_input as f64).sqrt(),
+                    "rows {rows}, d_input {d_input}, output [{r}, {j}]: {got} vs {exact}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn widening_is_exact_and_matches_rounding() {
         for v in [0.0f32, -0.0, 1.0, -2.5, 3.140625, 1e-30, -6.5e30] {
@@ -251,23 +276,7 @@ mod tests {
                 row,
             };
             let y = linear_bf16(&x, rows, &w, Some(&bias));
-            for r in 0..rows {
-                for j in 0..d_output {
-                    let exact: f64 = f64::from(bias[j])
-                        + (0..d_input)
-                            .map(|i| {
-                                f64::from(x[r * d_input + i])
-                                    * f64::from(bf16_to_f32(values[offset + j * row + i]))
-                            })
-                            .sum::<f64>();
-                    let got = f64::from(y[r * d_output + j]);
-                    let tolerance = 1e-5 * (1.0 + d_input as f64).sqrt();
-                    assert!(
-                        (got - exact).abs() <= tolerance,
-                        "rows {rows}, d_input {d_input}, output [{r}, {j}]: {got} vs {exact}"
-                    );
-                }
-            }
+            assert_f64_sums(&x, rows, &w, &bias, &y);
         }
     }
 
@@ -293,22 +302,7 @@ mod tests {
                 row,
             };
             let y = linear_rows(&x, rows, &w, Some(&bias));
-            for r in 0..rows {
-                for j in 0..d_output {
-                    let exact: f64 = f64::from(bias[j])
-                        + (0..d_input)
-                            .map(|i| {
-                                f64::from(x[r * d_input + i])
-                                    * f64::from(values[offset + j * row + i])
-                            })
-                            .sum::<f64>();
-                    let got = f64::from(y[r * d_output + j]);
-                    assert!(
-                        (got - exact).abs() <= 1e-5 * (1.0 + d_input as f64).sqrt(),
-                        "rows {rows}, d_input {d_input}, output [{r}, {j}]: {got} vs {exact}"
-                    );
-                }
-            }
+            assert_f64_sums(&x, rows, &w, &bias, &y);
         }
     }
 
