@@ -70,6 +70,12 @@ pub enum Route {
     /// with [`FlashKernel::Native`] (flex and ndarray): differentiable through the kernel's own
     /// backward.
     NativeOperation,
+    /// [`Strategy::Native`] on the CubeCL backends (wgpu, Vulkan, Metal, CUDA) as one
+    /// [`FlashAttentionOps`](crate::FlashAttentionOps) operation with [`FlashKernel::Cube`]:
+    /// this workspace's GPU kernels, forward and FlashAttention-2 backward, so that training
+    /// memory is linear in the length. `float32` with head dimensions up to
+    /// [`attn_kernels::cube::MAX_HEAD_DIM`] (the kernels keep a row in registers).
+    CubeOperation,
     /// [`Strategy::Native`] through host copies (`into_data`, `from_data`), on a device where the
     /// operation is not the native kernel, or with a bias that needs a gradient; it cannot be
     /// recorded by autodiff.
@@ -91,6 +97,7 @@ impl Route {
             Route::ChunkedRecorded { .. } => "chunked (recorded block by block)",
             Route::Fused => "fused",
             Route::NativeOperation => "native (one operation)",
+            Route::CubeOperation => "native (CubeCL kernels, one operation)",
             Route::NativeHost => "native (host copies)",
             Route::NativeDecode => "native decode (split keys)",
         }
@@ -112,9 +119,12 @@ impl Route {
         let operation = flash::flash_serves(&device) && !bias_tracked;
         let native = if operation && native::native_serves(&device) {
             Route::NativeOperation
+        } else if operation && cube_kernels_serve(q, v) {
+            Route::CubeOperation
         } else {
             Route::NativeHost
         };
+        let differentiable = matches!(native, Route::NativeOperation | Route::CubeOperation);
         let needs_matrix = options.need_weights || plan.dropout > 0.0;
         let [_, _, seq_len_q, seq_len_kv] = plan.scores_shape;
         // A few queries against a long cache, nothing to record, data in host memory.
@@ -126,8 +136,8 @@ impl Route {
             Strategy::Auto if needs_matrix => Ok(Route::Explicit),
             Strategy::Auto if recording => {
                 let long = plan.scores_shape[3] >= NATIVE_TRAINING_MIN_KEYS;
-                if long && native == Route::NativeOperation {
-                    Ok(Route::NativeOperation)
+                if long && differentiable {
+                    Ok(native)
                 } else {
                     Ok(Route::Explicit)
                 }
@@ -153,7 +163,6 @@ impl Route {
             Strategy::Chunked { block } => Ok(Route::ChunkedRecorded { block }),
             Strategy::Fused => Ok(Route::Fused),
             Strategy::Native => {
-                let differentiable = native == Route::NativeOperation;
                 native::check_can_run(q, k, v, options, plan, differentiable)?;
                 Ok(if decode { Route::NativeDecode } else { native })
             }
@@ -187,6 +196,12 @@ impl Route {
                 let (context, _lse) = flash::attention(q, k, v, plan, FlashKernel::Native, block);
                 (context, None)
             }
+            Route::CubeOperation => {
+                // The GPU kernels have their own tiling: the block is not read.
+                let block = chunked::DEFAULT_BLOCK;
+                let (context, _lse) = flash::attention(q, k, v, plan, FlashKernel::Cube, block);
+                (context, None)
+            }
             Route::NativeHost => (native::attention(q, k, v, plan), None),
             Route::NativeDecode => (native::decode_attention(q, k, v, plan), None),
         };
@@ -195,5 +210,19 @@ impl Route {
             weights,
             route: self,
         }
+    }
+}
+
+/// Whether `q` and `v` live on a CubeCL backend and the GPU kernels take their shapes and type.
+fn cube_kernels_serve(q: &Tensor<4>, v: &Tensor<4>) -> bool {
+    #[cfg(feature = "cube")]
+    {
+        crate::backend::BackendKind::of(&q.device()) == crate::backend::BackendKind::Cube
+            && flash::cube_serves(q, v)
+    }
+    #[cfg(not(feature = "cube"))]
+    {
+        let _ = (q, v);
+        false
     }
 }

@@ -1,6 +1,7 @@
 //! Scaled dot-product attention against PyTorch's reference vectors, against finite
 //! differences, and against the properties the math promises, on every strategy and backend.
 
+use attn_core::backend::BackendKind;
 use attn_core::{
     AttentionError, AttentionOptions, CausalAlignment, DECODE_MAX_QUERIES, DECODE_MIN_KEYS,
     NATIVE_TRAINING_MIN_KEYS, Route, Strategy, native_attention, native_attention_backward,
@@ -82,9 +83,17 @@ fn forced_route(strategy: Strategy, device: &Device) -> Option<Route> {
         Strategy::Chunked { block } => Some(Route::ChunkedBlocks { block }),
         Strategy::Fused => Some(Route::Fused),
         Strategy::Native if native_serves(device) => Some(Route::NativeOperation),
+        // The test problems are float32 with small heads: the GPU kernels take them all.
+        Strategy::Native if on_cube(device) => Some(Route::CubeOperation),
         Strategy::Native => Some(Route::NativeHost),
         Strategy::Auto => None,
     }
+}
+
+/// Whether `device` is a CubeCL backend's (wgpu in the tests), where the native strategy runs
+/// the GPU kernels.
+fn on_cube(device: &Device) -> bool {
+    BackendKind::of(device) == BackendKind::Cube
 }
 
 /// The number of blocks of `block` keys that `seq_len_kv` keys span.
@@ -185,9 +194,10 @@ fn reference_gradients_match_pytorch_on_every_strategy() {
                     case.k.tensor(&d.device),
                     case.v.tensor(&d.device),
                 );
-                // The native kernel is not recorded by burn's autodiff; its own backward pass
-                // computes the gradients from the forward's log-sum-exp.
-                let [gq, gk, gv] = if strategy == Strategy::Native {
+                // The native CPU kernel's functions are called directly here, its backward pass
+                // computing the gradients from the forward's log-sum-exp; on the GPU the
+                // strategy trains through its kernels as one autodiff operation.
+                let [gq, gk, gv] = if strategy == Strategy::Native && !on_cube(&d.device) {
                     native_gradients(q, k, v, grad_out, &case.options(&d.device))
                 } else {
                     let autodiff = d.device.clone().autodiff();
@@ -305,7 +315,7 @@ fn gradients_agree_with_finite_differences() {
                     .with_causal(CausalAlignment::TopLeft)
                     .with_strategy(strategy)
             };
-            let analytic = if strategy == Strategy::Native {
+            let analytic = if strategy == Strategy::Native && !on_cube(device) {
                 native_gradients(q.clone(), k.clone(), v.clone(), g.clone(), &options(device))
             } else {
                 gradients(
@@ -510,7 +520,7 @@ fn weight_rows_sum_to_one_and_masked_keys_get_exactly_zero() {
 }
 
 #[test]
-fn chunked_gradients_equal_explicit_gradients_on_random_problems() {
+fn chunked_and_native_gradients_equal_explicit_gradients_on_random_problems() {
     for_each_device(|d| {
         let mut rng = SeededRng::new(7);
         for trial in 0..8 {
@@ -533,30 +543,22 @@ fn chunked_gradients_equal_explicit_gradients_on_random_problems() {
                 g.clone(),
                 &reattach(&p.options, Strategy::Explicit),
             );
-            let (route, chunked) = routed_gradients(
-                d,
-                p.q,
-                p.k,
-                p.v,
-                g,
-                &reattach(&p.options, Strategy::Chunked { block: 2 }),
-            );
             // A bias that needs no gradient leaves chunked on its tensor-operation blocks and
-            // their own backward.
-            assert_eq!(
-                route,
-                Route::ChunkedBlocks { block: 2 },
-                "{} trial {trial}",
-                d.name
-            );
-            for ((c, e), name) in chunked.into_iter().zip(explicit).zip(["q", "k", "v"]) {
-                assert_tensors_close(
-                    c,
-                    e,
-                    ATOL,
-                    RTOL,
-                    &format!("{} trial {trial}: grad_{name}", d.name),
+            // native on its kernels, each with its own backward.
+            for strategy in [Strategy::Chunked { block: 2 }, Strategy::Native] {
+                let (route, grads) = routed_gradients(
+                    d,
+                    p.q.clone(),
+                    p.k.clone(),
+                    p.v.clone(),
+                    g.clone(),
+                    &reattach(&p.options, strategy),
                 );
+                let what = format!("{} trial {trial} {}", d.name, strategy.name());
+                assert_eq!(Some(route), forced_route(strategy, &d.device), "{what}");
+                for ((c, e), name) in grads.into_iter().zip(explicit.clone()).zip(["q", "k", "v"]) {
+                    assert_tensors_close(c, e, ATOL, RTOL, &format!("{what}: grad_{name}"));
+                }
             }
         }
     });
@@ -575,6 +577,7 @@ fn fully_masked_rows_have_zero_output_and_finite_gradients() {
             Strategy::Explicit,
             Strategy::Chunked { block: 2 },
             Strategy::Fused,
+            Strategy::Native,
         ] {
             let options = AttentionOptions::new()
                 .with_mask(everything.clone())
@@ -895,7 +898,7 @@ fn native_runs_the_native_kernel_as_one_operation_on_the_cpu_backends() {
         let expected = if native_serves(&d.device) {
             Route::NativeDecode
         } else {
-            Route::NativeHost
+            forced_route(Strategy::Native, &d.device).expect("a forced strategy")
         };
         let native = AttentionOptions::new().with_strategy(Strategy::Native);
         let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &native);
@@ -954,6 +957,8 @@ fn auto_routes_as_its_documentation_says() {
         );
         let long = if cpu {
             Route::NativeOperation
+        } else if on_cube(&d.device) {
+            Route::CubeOperation
         } else {
             Route::Explicit
         };
@@ -1023,7 +1028,7 @@ fn auto_and_native_take_the_decode_pass_for_few_queries_against_many_keys() {
                 let expected = match (cpu, strategy) {
                     (true, _) => Route::NativeDecode,
                     (false, Strategy::Auto) => Route::Fused,
-                    (false, _) => Route::NativeHost,
+                    (false, _) => forced_route(strategy, &d.device).expect("forced"),
                 };
                 assert_eq!(route, expected, "{what}");
             }
@@ -1033,9 +1038,9 @@ fn auto_and_native_take_the_decode_pass_for_few_queries_against_many_keys() {
                 (1, many - 1, false),
                 (1, many, true),
             ] {
-                // Off the CPU backends the native strategy runs on the host, which autodiff
-                // cannot record: asked to train there, it says so.
-                if train && !cpu && matches!(strategy, Strategy::Native) {
+                // Off the CPU and CubeCL backends the native strategy runs on the host, which
+                // autodiff cannot record: asked to train there, it says so.
+                if train && !cpu && !on_cube(&d.device) && matches!(strategy, Strategy::Native) {
                     let mut rng = SeededRng::new(60);
                     let on = |t: Tensor<4>| t.to_device(&autodiff).autodiff().require_grad();
                     let q = on(rng.tensor([1, 2, seq_len_q, 8], &d.device));

@@ -23,6 +23,9 @@
 //! - [`AdamStep`]: Adam's update of one parameter, burn's expressions in one pass on every
 //!   thread.
 //!
+//! With the `cube` feature, [`cube`] holds the FlashAttention-2 forward and backward as CubeCL
+//! kernels, for GPUs.
+//!
 //! [`oracle`] holds the same mathematics in `f64`, one value at a time: the reference that
 //! every kernel is tested against.
 //!
@@ -64,6 +67,8 @@ mod avx2;
 mod avx512;
 mod backward;
 mod bf16_dot;
+#[cfg(feature = "cube")]
+pub mod cube;
 mod decode;
 mod exp;
 mod forward;

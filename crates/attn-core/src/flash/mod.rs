@@ -43,6 +43,10 @@
 mod autodiff;
 #[cfg(any(feature = "flex", feature = "ndarray", feature = "cube"))]
 mod blocks;
+#[cfg(feature = "cube")]
+mod cube;
+#[cfg(feature = "cube")]
+pub(crate) use cube::serves as cube_serves;
 
 use burn::backend::{
     Backend, ExtensionType, backend_extension,
@@ -77,6 +81,12 @@ pub enum FlashKernel {
     /// The online softmax of `chunked.rs` in the backend's own tensor operations, over blocks
     /// of [`FlashParams::block`] keys, forward and backward: the same code on every backend.
     Blocks,
+    /// The GPU kernels of `attn_kernels::cube` on the CubeCL backends (wgpu, Vulkan, Metal,
+    /// CUDA): one unit per row, the other side's rows streamed through shared memory, the
+    /// backward recomputing each weight from the log-sum-exp. `float32`, head dimensions up
+    /// to `attn_kernels::cube::MAX_HEAD_DIM`; other problems run as [`FlashKernel::Blocks`].
+    /// On flex and ndarray, which CubeCL does not run, it is [`FlashKernel::Native`].
+    Cube,
 }
 
 /// The mask argument of [`FlashAttentionOps`] (`true` = the key is not attended).
@@ -171,7 +181,7 @@ impl FlashAttentionOps for burn::backend::Flex {
         params: FlashParams,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         match params.kernel {
-            FlashKernel::Native => {
+            FlashKernel::Native | FlashKernel::Cube => {
                 let (mask, bias) = (mask.into_option(), bias.into_option());
                 HostInputs::from_flex([&q, &k, &v], mask, bias).forward_primitives::<Self>(
                     &q,
@@ -196,7 +206,7 @@ impl FlashAttentionOps for burn::backend::Flex {
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         use crate::native::host::{flex_floats, flex_rows};
         match params.kernel {
-            FlashKernel::Native => {
+            FlashKernel::Native | FlashKernel::Cube => {
                 let (mask, bias) = (mask.into_option(), bias.into_option());
                 let host = HostInputs::from_flex([&q, &k, &v], mask, bias);
                 // `d_context` arrives as the heads were merged: strided, read in place.
@@ -229,7 +239,9 @@ impl FlashAttentionOps for burn::backend::NdArray {
         params: FlashParams,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         match params.kernel {
-            FlashKernel::Native => native_forward::<Self>(q, k, v, mask, bias, params),
+            FlashKernel::Native | FlashKernel::Cube => {
+                native_forward::<Self>(q, k, v, mask, bias, params)
+            }
             FlashKernel::Blocks => blocks::forward::<Self>(q, k, v, mask, bias, params),
         }
     }
@@ -247,13 +259,16 @@ impl FlashAttentionOps for burn::backend::NdArray {
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         let outputs = [context, lse, d_context];
         match params.kernel {
-            FlashKernel::Native => native_backward::<Self>(q, k, v, mask, bias, outputs, params),
+            FlashKernel::Native | FlashKernel::Cube => {
+                native_backward::<Self>(q, k, v, mask, bias, outputs, params)
+            }
             FlashKernel::Blocks => blocks::backward::<Self>(q, k, v, mask, bias, outputs, params),
         }
     }
 }
 
-/// The CubeCL backends: [`FlashKernel::Blocks`] runs as the backend's own kernels;
+/// The CubeCL backends: [`FlashKernel::Cube`] launches this workspace's GPU kernels,
+/// [`FlashKernel::Blocks`] runs as the backend's own tensor kernels, and
 /// [`FlashKernel::Native`] reads the inputs back to the host.
 #[cfg(any(
     feature = "wgpu",
@@ -272,7 +287,12 @@ impl FlashAttentionOps for burn::backend::Cube {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         match params.kernel {
             FlashKernel::Native => native_forward::<Self>(q, k, v, mask, bias, params),
-            FlashKernel::Blocks => blocks::forward::<Self>(q, k, v, mask, bias, params),
+            FlashKernel::Cube if cube_serves_primitives(&q, &v) => {
+                cube::forward(q, k, v, mask, bias, params)
+            }
+            FlashKernel::Blocks | FlashKernel::Cube => {
+                blocks::forward::<Self>(q, k, v, mask, bias, params)
+            }
         }
     }
 
@@ -290,9 +310,27 @@ impl FlashAttentionOps for burn::backend::Cube {
         let outputs = [context, lse, d_context];
         match params.kernel {
             FlashKernel::Native => native_backward::<Self>(q, k, v, mask, bias, outputs, params),
-            FlashKernel::Blocks => blocks::backward::<Self>(q, k, v, mask, bias, outputs, params),
+            FlashKernel::Cube if cube_serves_primitives(&q, &v) => {
+                cube::backward(q, k, v, mask, bias, outputs, params)
+            }
+            FlashKernel::Blocks | FlashKernel::Cube => {
+                blocks::backward::<Self>(q, k, v, mask, bias, outputs, params)
+            }
         }
     }
+}
+
+/// Whether [`FlashKernel::Cube`]'s kernels take a problem, from its primitives.
+#[cfg(feature = "cube")]
+fn cube_serves_primitives(
+    q: &FloatTensor<burn::backend::Cube>,
+    v: &FloatTensor<burn::backend::Cube>,
+) -> bool {
+    use burn::backend::TensorMetadata;
+    let d = |t: &FloatTensor<burn::backend::Cube>| t.shape().as_slice().last().copied();
+    q.dtype() == burn::tensor::DType::F32
+        && matches!((d(q), d(v)), (Some(d_head), Some(d_value))
+            if attn_kernels::cube::serves(d_head, d_value))
 }
 
 /// [`FlashKernel::Native`] on a backend whose tensors are read back to the host.
