@@ -255,6 +255,69 @@ impl BackendKind {
     }
 }
 
+/// What a device's memory pools hold, from the CubeCL client's memory report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// Bytes the pools hold from the driver. Pools keep what they reserve until
+    /// [`release_device_memory`] asks for it back, so after a computation this is the most the
+    /// computation needed at once, padding and the pools' page rounding included.
+    pub reserved: u64,
+    /// Bytes of the allocations alive now.
+    pub in_use: u64,
+    /// The largest single allocation any pool served since it was made.
+    pub largest_allocation: u64,
+}
+
+/// The memory of a CubeCL device's pools (every stream of it), or `None` on a backend that
+/// keeps its tensors in host memory or was built without CubeCL.
+///
+/// Waits for the device to finish the work it was given.
+pub fn device_memory(device: &Device) -> Option<DeviceMemory> {
+    #[allow(unreachable_patterns)]
+    match device.clone().inner().as_dispatch() {
+        #[cfg(feature = "cube")]
+        DispatchDevice::Cube(cube) => {
+            use burn_cubecl::cubecl::MemoryScope;
+            let report = cube.client().memory_report(MemoryScope::Device);
+            let usage = report.usage();
+            let largest_allocation = report
+                .streams
+                .iter()
+                .flat_map(|s| {
+                    let pools = &s.pools;
+                    pools
+                        .dynamic
+                        .iter()
+                        .chain([&pools.persistent, &pools.dedicated])
+                })
+                .map(|pool| pool.largest_alloc)
+                .max()
+                .unwrap_or(0);
+            Some(DeviceMemory {
+                reserved: usage.bytes_reserved,
+                in_use: usage.bytes_in_use,
+                largest_allocation,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Asks a CubeCL device's pools to give back to the driver what no live tensor uses, so that
+/// [`device_memory`]'s `reserved` after the next computation is that computation's own. Does
+/// nothing on other backends.
+pub fn release_device_memory(device: &Device) {
+    #[allow(unreachable_patterns)]
+    match device.clone().inner().as_dispatch() {
+        #[cfg(feature = "cube")]
+        DispatchDevice::Cube(cube) => {
+            // Refused only while a stream records a graph, which nothing here does.
+            let _ = cube.client().memory_cleanup();
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
