@@ -18,6 +18,10 @@ Cases:
   after the others: the machine's practical rate for f32 matrix products, 2n^3 flops, which
   `attn-bench report` holds the native kernel to. Not run with `--quick`.
 
+`--device cuda` runs the `sdpa` cases on the GPU instead (each step ends with
+`torch.cuda.synchronize()`), the peer of the CubeCL kernels in `benches/gpu/flash_attention.sh`;
+the other cases stay on the CPU and are skipped there.
+
 Each case runs untimed to warm up (once at least, for half a second, 50 ms with --quick), then
 repeats until it has both a minimum number of runs and a minimum time, as the Rust program does;
 the line reports the median. FLOPs count matrix products only: attention forward is
@@ -56,6 +60,8 @@ def parse_args():
     parser.add_argument("--cases", type=lambda s: s.split(","), default=[],
                         help="filters as in attn-bench: sdpa, mha, sdpa/forward, ...")
     parser.add_argument("--quick", action="store_true", help="seq_len 128 and 512, short budget")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where the sdpa cases run (cuda: the GPU, sdpa cases only)")
     return parser.parse_args()
 
 
@@ -112,18 +118,23 @@ def measure(step, budget):
     return times
 
 
-def sdpa_step(torch, seq_len, backward):
+def sdpa_step(torch, seq_len, backward, device="cpu"):
     F = torch.nn.functional
-    q, k, v = (torch.randn(BATCH, N_HEADS, seq_len, D_HEAD, requires_grad=backward) for _ in range(3))
+    q, k, v = (torch.randn(BATCH, N_HEADS, seq_len, D_HEAD, requires_grad=backward, device=device)
+               for _ in range(3))
+    # A GPU runs asynchronously: a step is over when the device has finished it.
+    finish = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if not backward:
         def step():
             with torch.no_grad():
                 F.scaled_dot_product_attention(q, k, v)
+            finish()
         return step
 
     def step():
         F.scaled_dot_product_attention(q, k, v).sum().backward()
         q.grad = k.grad = v.grad = None
+        finish()
     return step
 
 
@@ -198,6 +209,13 @@ def main():
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     budget = QUICK if args.quick else FULL
     steps = {"sdpa": sdpa_step, "mha": mha_step, "encoder_block": encoder_block_step}
+    gpu = None
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("--device cuda: this PyTorch sees no CUDA device")
+        print(f"GPU {torch.cuda.get_device_name()}", file=sys.stderr)
+        gpu = torch.cuda.get_device_name()
+        steps = {"sdpa": lambda t, s, b: sdpa_step(t, s, b, "cuda")}
     for seq_len in sizes:
         for case, make in steps.items():
             for passes in ("forward", "forward_backward"):
@@ -206,15 +224,15 @@ def main():
                 times = measure(make(torch, seq_len, passes == "forward_backward"), budget)
                 median = statistics.median(times)
                 print(json.dumps({
-                    "impl": "torch", "case": case, "pass": passes, "device": "cpu",
+                    "impl": "torch", "case": case, "pass": passes, "device": args.device,
                     "batch": BATCH, "n_heads": N_HEADS, "seq_len": seq_len, "d_head": D_HEAD,
                     "threads": torch.get_num_threads(),
-                    "cpu": cpu, "cpu_features": cpu_features, "reps": len(times),
+                    "cpu": cpu, "cpu_features": cpu_features, "gpu": gpu, "reps": len(times),
                     "median_ms": median, "min_ms": min(times),
                     "gflops": flops(case, passes, seq_len) / (median * 1e6),
                     "peak_rss_mib": None,
                 }), flush=True)
-    for n in [] if args.quick else SGEMM_SIZES:
+    for n in [] if args.quick or args.device == "cuda" else SGEMM_SIZES:
         if not selected("torch/sgemm/forward", args.cases):
             continue
         times = measure(sgemm_step(torch, n), budget)

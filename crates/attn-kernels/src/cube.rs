@@ -136,6 +136,7 @@ fn forward_kernel<E: Float>(
 
     let mut q_row = Array::<E>::new(d_head);
     let q_at = batch * q.stride(0) + head * q.stride(1) + i * q.stride(2);
+    #[unroll]
     for c in 0..d_head {
         q_row[c] = E::new(0.0);
         if active {
@@ -143,6 +144,7 @@ fn forward_kernel<E: Float>(
         }
     }
     let mut acc = Array::<E>::new(d_value);
+    #[unroll]
     for c in 0..d_value {
         acc[c] = E::new(0.0);
     }
@@ -203,6 +205,7 @@ fn forward_kernel<E: Float>(
                 let j = start + r;
                 if !causal || j + shift_k <= i + shift_q {
                     let mut s = E::new(0.0);
+                    #[unroll]
                     for c in 0..d_head {
                         s += q_row[c] * k_tile[r * d_head + c];
                     }
@@ -214,6 +217,7 @@ fn forward_kernel<E: Float>(
                         if !seen {
                             m = s;
                             l = E::new(1.0);
+                            #[unroll]
                             for c in 0..d_value {
                                 acc[c] = v_tile[r * d_value + c];
                             }
@@ -221,6 +225,7 @@ fn forward_kernel<E: Float>(
                         } else if s > m {
                             let correction = (m - s).exp();
                             l = l * correction + E::new(1.0);
+                            #[unroll]
                             for c in 0..d_value {
                                 acc[c] = acc[c] * correction + v_tile[r * d_value + c];
                             }
@@ -228,6 +233,7 @@ fn forward_kernel<E: Float>(
                         } else {
                             let p = (s - m).exp();
                             l += p;
+                            #[unroll]
                             for c in 0..d_value {
                                 acc[c] += p * v_tile[r * d_value + c];
                             }
@@ -243,11 +249,13 @@ fn forward_kernel<E: Float>(
         let row = pair * seq_q + i;
         if seen {
             let inverse = E::new(1.0) / l;
+            #[unroll]
             for c in 0..d_value {
                 context[row * d_value + c] = acc[c] * inverse;
             }
             lse[row] = m + l.ln();
         } else {
+            #[unroll]
             for c in 0..d_value {
                 context[row * d_value + c] = E::new(0.0);
             }
@@ -280,6 +288,7 @@ fn prepass_kernel<E: Float>(
     let o_at = batch * context.stride(0) + head * context.stride(1) + i * context.stride(2);
     let g_at = batch * d_context.stride(0) + head * d_context.stride(1) + i * d_context.stride(2);
     let mut d = E::new(0.0);
+    #[unroll]
     for c in 0..d_value {
         d += context[o_at + c * context.stride(3)] * d_context[g_at + c * d_context.stride(3)];
     }
@@ -327,6 +336,7 @@ fn dq_kernel<E: Float>(
     let mut acc = Array::<E>::new(d_head);
     let q_at = batch * q.stride(0) + head * q.stride(1) + i * q.stride(2);
     let g_at = batch * d_context.stride(0) + head * d_context.stride(1) + i * d_context.stride(2);
+    #[unroll]
     for c in 0..d_head {
         q_row[c] = E::new(0.0);
         acc[c] = E::new(0.0);
@@ -334,6 +344,7 @@ fn dq_kernel<E: Float>(
             q_row[c] = q[q_at + c * q.stride(3)] * scale;
         }
     }
+    #[unroll]
     for c in 0..d_value {
         g_row[c] = E::new(0.0);
         if active {
@@ -400,6 +411,7 @@ fn dq_kernel<E: Float>(
                 let j = start + r;
                 if !causal || j + shift_k <= i + shift_q {
                     let mut s = E::new(0.0);
+                    #[unroll]
                     for c in 0..d_head {
                         s += q_row[c] * k_tile[r * d_head + c];
                     }
@@ -409,10 +421,12 @@ fn dq_kernel<E: Float>(
                     if s > E::new(MASKED) {
                         let p = (s - lse).exp();
                         let mut dp = E::new(0.0);
+                        #[unroll]
                         for c in 0..d_value {
                             dp += g_row[c] * v_tile[r * d_value + c];
                         }
                         let ds = p * (dp - big_d);
+                        #[unroll]
                         for c in 0..d_head {
                             acc[c] += ds * k_tile[r * d_head + c];
                         }
@@ -425,6 +439,7 @@ fn dq_kernel<E: Float>(
 
     if active {
         let row = pair * seq_q + i;
+        #[unroll]
         for c in 0..d_head {
             dq[row * d_head + c] = acc[c] * scale;
         }
@@ -476,6 +491,7 @@ fn dkdv_kernel<E: Float>(
     let mut dv = Array::<E>::new(d_value);
     let k_at = batch * k.stride(0) + kv_head * k.stride(1) + j * k.stride(2);
     let v_at = batch * v.stride(0) + kv_head * v.stride(1) + j * v.stride(2);
+    #[unroll]
     for c in 0..d_head {
         k_row[c] = E::new(0.0);
         dk[c] = E::new(0.0);
@@ -483,6 +499,7 @@ fn dkdv_kernel<E: Float>(
             k_row[c] = k[k_at + c * k.stride(3)];
         }
     }
+    #[unroll]
     for c in 0..d_value {
         v_row[c] = E::new(0.0);
         dv[c] = E::new(0.0);
@@ -546,6 +563,7 @@ fn dkdv_kernel<E: Float>(
                     let lse = s_tile[2 * r];
                     if (!causal || j + shift_k <= i + shift_q) && lse > E::new(MASKED) {
                         let mut s = E::new(0.0);
+                        #[unroll]
                         for c in 0..d_head {
                             s += q_tile[r * d_head + c] * k_row[c];
                         }
@@ -556,12 +574,14 @@ fn dkdv_kernel<E: Float>(
                         if s > E::new(MASKED) {
                             let p = (s - lse).exp();
                             let mut dp = E::new(0.0);
+                            #[unroll]
                             for c in 0..d_value {
                                 let g = g_tile[r * d_value + c];
                                 dv[c] += p * g;
                                 dp += g * v_row[c];
                             }
                             let ds = p * (dp - s_tile[2 * r + 1]);
+                            #[unroll]
                             for c in 0..d_head {
                                 dk[c] += ds * q_tile[r * d_head + c];
                             }
@@ -576,9 +596,11 @@ fn dkdv_kernel<E: Float>(
     if active {
         let width = d_head + d_value;
         let row = (pair * seq_kv + j) * width;
+        #[unroll]
         for c in 0..d_head {
             dkdv[row + c] = dk[c] * scale;
         }
+        #[unroll]
         for c in 0..d_value {
             dkdv[row + d_head + c] = dv[c];
         }
