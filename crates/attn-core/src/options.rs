@@ -25,11 +25,13 @@ pub enum Strategy {
     /// - [`Strategy::Explicit`] when the weights are asked for or dropout is active
     ///   (both need the weight matrix);
     /// - when gradients flow (`q`, `k`, `v` or the bias is tracked by an autodiff graph):
-    ///   [`Strategy::Native`] on flex and ndarray from
-    ///   [`NATIVE_TRAINING_MIN_KEYS`](crate::NATIVE_TRAINING_MIN_KEYS) keys on (the native
-    ///   kernel and its own backward, memory linear in the length) unless the bias needs a
-    ///   gradient, and [`Strategy::Explicit`] otherwise, the fastest differentiable path for
-    ///   short sequences (and the training path on the CubeCL and other backends);
+    ///   [`Strategy::Native`] from [`NATIVE_TRAINING_MIN_KEYS`](crate::NATIVE_TRAINING_MIN_KEYS)
+    ///   keys on, on flex and ndarray (the native CPU kernels and their own backward) and on
+    ///   the CubeCL backends for `float32` heads of up to
+    ///   `attn_kernels::cube::MAX_HEAD_DIM` (256) values (the GPU kernels and theirs), memory
+    ///   linear in the length either way, unless the bias needs a gradient; and
+    ///   [`Strategy::Explicit`] otherwise, the fastest differentiable path for short sequences
+    ///   (and the training path on other backends);
     /// - [`Strategy::Native`] otherwise (inference) on devices whose tensors live in host
     ///   memory (flex, ndarray: see [`native_serves`](crate::native_serves)), as its decode
     ///   pass ([`Route::NativeDecode`](crate::Route::NativeDecode)) for at most
@@ -61,12 +63,16 @@ pub enum Strategy {
     /// burn's `module::attention` (flex's tiled kernel, the CubeCL flash kernel, or burn's
     /// decomposed fallback). No weights, no dropout.
     Fused,
-    /// This crate's blocked CPU kernel (see [`native_attention`](crate::native_attention)):
-    /// online softmax over key blocks on register-blocked micro-kernels, rayon over batch,
-    /// heads and query blocks. On flex and ndarray it runs as
-    /// [`FlashAttentionOps`](crate::FlashAttentionOps), so it is differentiable through its
-    /// own FlashAttention-2 backward; on other devices, or with a bias that needs a gradient,
-    /// its inputs take a round trip through host memory and it cannot be differentiated. In
+    /// This workspace's own FlashAttention-2 kernels, forward and backward. On flex and ndarray
+    /// the blocked CPU kernel (see [`native_attention`](crate::native_attention)): online
+    /// softmax over key blocks on register-blocked micro-kernels, rayon over batch, heads and
+    /// query blocks. On the CubeCL backends (wgpu, Vulkan, Metal, CUDA) the GPU kernels of
+    /// `attn_kernels::cube` ([`Route::CubeOperation`](crate::Route::CubeOperation)),
+    /// `float32` with heads of up to `attn_kernels::cube::MAX_HEAD_DIM` (256) values. Either runs
+    /// as [`FlashAttentionOps`](crate::FlashAttentionOps), so it is differentiable through its
+    /// own backward; on other devices or problems, or with a bias that needs a gradient, the
+    /// CPU kernel's inputs take a round trip through host memory and it cannot be
+    /// differentiated. In
     /// inference on flex and ndarray with at most
     /// [`DECODE_MAX_QUERIES`](crate::DECODE_MAX_QUERIES) queries against at least
     /// [`DECODE_MIN_KEYS`](crate::DECODE_MIN_KEYS) keys (a decoding step against its cache)

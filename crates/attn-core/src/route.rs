@@ -74,7 +74,7 @@ pub enum Route {
     /// [`FlashAttentionOps`](crate::FlashAttentionOps) operation with [`FlashKernel::Cube`]:
     /// this workspace's GPU kernels, forward and FlashAttention-2 backward, so that training
     /// memory is linear in the length. `float32` with head dimensions up to
-    /// [`attn_kernels::cube::MAX_HEAD_DIM`] (the kernels keep a row in registers).
+    /// `attn_kernels::cube::MAX_HEAD_DIM` (256) (the kernels keep a row in registers).
     CubeOperation,
     /// [`Strategy::Native`] through host copies (`into_data`, `from_data`), on a device where the
     /// operation is not the native kernel, or with a bias that needs a gradient; it cannot be

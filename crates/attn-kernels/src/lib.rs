@@ -23,7 +23,7 @@
 //! - [`AdamStep`]: Adam's update of one parameter, burn's expressions in one pass on every
 //!   thread.
 //!
-//! With the `cube` feature, [`cube`] holds the FlashAttention-2 forward and backward as CubeCL
+//! With the `cube` feature, the `cube` module holds the FlashAttention-2 forward and backward as CubeCL
 //! kernels, for GPUs.
 //!
 //! [`oracle`] holds the same mathematics in `f64`, one value at a time: the reference that

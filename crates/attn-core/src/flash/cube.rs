@@ -188,7 +188,7 @@ impl CubeFlashOps for CubeBackend {
 }
 
 /// Whether the kernels take this problem: `float32` tensors whose head dimensions are at most
-/// [`attn_kernels::cube::MAX_HEAD_DIM`].
+/// `attn_kernels::cube::MAX_HEAD_DIM` (256).
 pub(crate) fn serves(q: &Tensor<4>, v: &Tensor<4>) -> bool {
     let [.., d_head] = q.dims();
     let [.., d_value] = v.dims();
