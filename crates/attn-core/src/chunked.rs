@@ -94,17 +94,13 @@ pub(crate) fn backward(
     lse: Tensor<3>,
     d_context: Tensor<4>,
 ) -> [Tensor<4>; 3] {
-    let [batch, n_heads, seq_len_q, seq_len_kv] = plan.scores_shape;
+    let [batch, n_heads, _, seq_len_kv] = plan.scores_shape;
     let [_, n_kv_heads, _, d_head] = k.dims();
     let d_value = v.dims()[3];
     let k = repeat_kv_heads(k, n_heads); // [batch, n_heads, seq_len_kv, d_head]
     let v = repeat_kv_heads(v, n_heads); // [batch, n_heads, seq_len_kv, d_value]
     let q_scaled = q.mul_scalar(plan.scale);
-    // A fully masked row has lse = −∞ and scores −∞; a finite floor keeps its p at exp(−∞) = 0.
-    let lse = lse
-        .reshape([batch, n_heads, seq_len_q, 1])
-        .clamp_min(f32::MIN); // [batch, n_heads, seq_len_q, 1]
-    let d_sum = (d_context.clone() * context).sum_dim(3); // D: [batch, n_heads, seq_len_q, 1]
+    let rows = Rows::new(plan, lse, &context, &d_context);
 
     let mut dq = Tensor::<4>::zeros(q_scaled.dims(), &q_scaled.device());
     let mut dk_blocks = Vec::new();
@@ -113,12 +109,15 @@ pub(crate) fn backward(
         let len = block.min(seq_len_kv - kv_start);
         let k_block = k.clone().narrow(2, kv_start, len); // [batch, n_heads, len, d_head]
         let v_block = v.clone().narrow(2, kv_start, len); // [batch, n_heads, len, d_value]
-
-        let scores = q_scaled.clone().matmul(k_block.clone().swap_dims(2, 3)); // [batch, n_heads, seq_len_q, len]
-        let p = (plan.mask_and_bias(scores, kv_start) - lse.clone()).exp();
-        dv_blocks.push(p.clone().swap_dims(2, 3).matmul(d_context.clone())); // [batch, n_heads, len, d_value]
-        let dp = d_context.clone().matmul(v_block.swap_dims(2, 3)); // [batch, n_heads, seq_len_q, len]
-        let ds = p * (dp - d_sum.clone());
+        let (p, ds) = rows.block(
+            plan,
+            &q_scaled,
+            k_block.clone(),
+            v_block,
+            &d_context,
+            kv_start,
+        );
+        dv_blocks.push(p.swap_dims(2, 3).matmul(d_context.clone())); // [batch, n_heads, len, d_value]
         dq = dq + ds.clone().matmul(k_block); // [batch, n_heads, seq_len_q, d_head]
         dk_blocks.push(ds.swap_dims(2, 3).matmul(q_scaled.clone())); // [batch, n_heads, len, d_head]
     }
@@ -133,4 +132,103 @@ pub(crate) fn backward(
         per_kv_head(dk_blocks, d_head),
         per_kv_head(dv_blocks, d_value),
     ]
+}
+
+/// What every block of the backward reads per query row: the log-sum-exp, floored, and
+/// `D = rowsum(d_context ∘ context)`.
+struct Rows {
+    /// `[batch, n_heads, seq_len_q, 1]`. A fully masked row has lse = −∞ and scores −∞; a finite
+    /// floor keeps its `p` at exp(−∞) = 0.
+    lse: Tensor<4>,
+    /// `D`, `[batch, n_heads, seq_len_q, 1]`.
+    d_sum: Tensor<4>,
+}
+
+impl Rows {
+    fn new(
+        plan: &PreparedAttention,
+        lse: Tensor<3>,
+        context: &Tensor<4>,
+        d_context: &Tensor<4>,
+    ) -> Self {
+        let [batch, n_heads, seq_len_q, _] = plan.scores_shape;
+        Self {
+            lse: lse
+                .reshape([batch, n_heads, seq_len_q, 1])
+                .clamp_min(f32::MIN),
+            d_sum: (d_context.clone() * context.clone()).sum_dim(3),
+        }
+    }
+
+    /// The weights `p = exp(s − lse)` of keys `kv_start..` (the length of `k_block`), and the
+    /// gradient of the loss with respect to their scores, `ds = p ∘ (d_context · vᵀ − D)`, both
+    /// `[batch, n_heads, seq_len_q, len]`.
+    fn block(
+        &self,
+        plan: &PreparedAttention,
+        q_scaled: &Tensor<4>,
+        k_block: Tensor<4>,
+        v_block: Tensor<4>,
+        d_context: &Tensor<4>,
+        kv_start: usize,
+    ) -> (Tensor<4>, Tensor<4>) {
+        let scores = q_scaled.clone().matmul(k_block.swap_dims(2, 3));
+        let p = (plan.mask_and_bias(scores, kv_start) - self.lse.clone()).exp();
+        let dp = d_context.clone().matmul(v_block.swap_dims(2, 3));
+        let ds = p.clone() * (dp - self.d_sum.clone());
+        (p, ds)
+    }
+}
+
+/// The gradient of the loss with respect to the bias, shaped like `plan.bias`: the bias is
+/// added to the scores, so it is `ds` itself, summed over the dimensions the bias broadcasts
+/// along. Computed block by block of keys, as [`backward`] is, so that beside the gradient
+/// (the bias's own size) nothing larger than `[batch, n_heads, seq_len_q, block]` is held.
+///
+/// # Panics
+///
+/// When the plan has no bias (the caller asks only for one it has).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn bias_backward(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    plan: &PreparedAttention,
+    block: usize,
+    context: Tensor<4>,
+    lse: Tensor<3>,
+    d_context: Tensor<4>,
+) -> Tensor<4> {
+    let [_, n_heads, _, seq_len_kv] = plan.scores_shape;
+    let bias_dims = plan.bias.as_ref().expect("a plan with a bias").dims();
+    let k = repeat_kv_heads(k, n_heads); // [batch, n_heads, seq_len_kv, d_head]
+    let v = repeat_kv_heads(v, n_heads); // [batch, n_heads, seq_len_kv, d_value]
+    let q_scaled = q.mul_scalar(plan.scale);
+    let rows = Rows::new(plan, lse, &context, &d_context);
+    // ds summed over every dimension along which the bias broadcasts.
+    let fold = |mut ds: Tensor<4>| {
+        for (dim, &size) in bias_dims.iter().enumerate() {
+            if size == 1 && ds.dims()[dim] != 1 {
+                ds = ds.sum_dim(dim);
+            }
+        }
+        ds
+    };
+    let mut blocks = Vec::new();
+    for kv_start in (0..seq_len_kv).step_by(block) {
+        let len = block.min(seq_len_kv - kv_start);
+        let k_block = k.clone().narrow(2, kv_start, len);
+        let v_block = v.clone().narrow(2, kv_start, len);
+        let (_, ds) = rows.block(plan, &q_scaled, k_block, v_block, &d_context, kv_start);
+        blocks.push(fold(ds));
+    }
+    if bias_dims[3] == 1 {
+        // One bias for every key: the blocks' sums add up.
+        blocks
+            .into_iter()
+            .reduce(|a, b| a + b)
+            .expect("at least one key")
+    } else {
+        Tensor::cat(blocks, 3)
+    }
 }

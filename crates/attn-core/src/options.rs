@@ -29,7 +29,8 @@ pub enum Strategy {
     ///   keys on, on flex and ndarray (the native CPU kernels and their own backward) and on
     ///   the CubeCL backends for `float32` heads of up to
     ///   `attn_kernels::cube::MAX_HEAD_DIM` (256) values (the GPU kernels and theirs), memory
-    ///   linear in the length either way, unless the bias needs a gradient; and
+    ///   linear in the length either way (a bias that needs a gradient gets it block by block,
+    ///   beside the gradient's own size); and
     ///   [`Strategy::Explicit`] otherwise, the fastest differentiable path for short sequences
     ///   (and the training path on other backends);
     /// - [`Strategy::Native`] otherwise (inference) on devices whose tensors live in host
@@ -50,12 +51,12 @@ pub enum Strategy {
     /// block-by-block FlashAttention-2 backward of the same file (each block of weights
     /// recomputed from the forward's log-sum-exp), recorded as one graph node through
     /// [`FlashAttentionOps`](crate::FlashAttentionOps), so training memory stays linear in the
-    /// length too ([`Route::ChunkedBlocks`](crate::Route::ChunkedBlocks)). Two exceptions run
-    /// the same forward as tensor operations that burn's autodiff records block by block
+    /// length too ([`Route::ChunkedBlocks`](crate::Route::ChunkedBlocks)), a bias that needs a
+    /// gradient included. On a backend the operation is not built for (see
+    /// [`flash_serves`](crate::flash_serves)) the same forward runs as tensor operations that
+    /// burn's autodiff records block by block
     /// ([`Route::ChunkedRecorded`](crate::Route::ChunkedRecorded), training memory
-    /// `O(seq_len_q × seq_len_kv)`): a bias that needs a gradient (the operation treats the
-    /// bias as a constant), and a backend the operation is not built for (see
-    /// [`flash_serves`](crate::flash_serves)). No weights, no dropout.
+    /// `O(seq_len_q × seq_len_kv)`). No weights, no dropout.
     Chunked {
         /// Keys per block.
         block: usize,
@@ -70,9 +71,9 @@ pub enum Strategy {
     /// `attn_kernels::cube` ([`Route::CubeOperation`](crate::Route::CubeOperation)),
     /// `float32` with heads of up to `attn_kernels::cube::MAX_HEAD_DIM` (256) values. Either runs
     /// as [`FlashAttentionOps`](crate::FlashAttentionOps), so it is differentiable through its
-    /// own backward; on other devices or problems, or with a bias that needs a gradient, the
-    /// CPU kernel's inputs take a round trip through host memory and it cannot be
-    /// differentiated. In
+    /// own backward (a bias that needs a gradient gets it block by block in tensor operations);
+    /// on other devices or problems the CPU kernel's inputs take a round trip through host
+    /// memory and it cannot be differentiated. In
     /// inference on flex and ndarray with at most
     /// [`DECODE_MAX_QUERIES`](crate::DECODE_MAX_QUERIES) queries against at least
     /// [`DECODE_MIN_KEYS`](crate::DECODE_MIN_KEYS) keys (a decoding step against its cache)

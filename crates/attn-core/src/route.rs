@@ -58,8 +58,7 @@ pub enum Route {
     },
     /// [`Strategy::Chunked`]'s forward in tensor operations that burn's autodiff records block
     /// by block (so training keeps every block, `O(seq_len_q × seq_len_kv)`): where the
-    /// operation is not built for the device's backend, or when the bias needs a gradient (the
-    /// operation treats the bias as a constant).
+    /// operation is not built for the device's backend.
     ChunkedRecorded {
         /// Keys per block.
         block: usize,
@@ -76,8 +75,8 @@ pub enum Route {
     /// memory is linear in the length. `float32` with head dimensions up to
     /// `attn_kernels::cube::MAX_HEAD_DIM` (256) (the kernels keep a row in registers).
     CubeOperation,
-    /// [`Strategy::Native`] through host copies (`into_data`, `from_data`), on a device where the
-    /// operation is not the native kernel, or with a bias that needs a gradient; it cannot be
+    /// [`Strategy::Native`] through host copies (`into_data`, `from_data`), on a device or for a
+    /// problem that neither the CPU nor the GPU kernels serve as the operation; it cannot be
     /// recorded by autodiff.
     NativeHost,
     /// [`Strategy::Native`]'s decode pass (`attn_kernels::decode_attention`), on flex and ndarray in
@@ -115,8 +114,9 @@ impl Route {
         let device = q.device();
         let bias_tracked = plan.bias.as_ref().is_some_and(Tensor::is_tracked);
         let recording = q.is_tracked() || k.is_tracked() || v.is_tracked() || bias_tracked;
-        // FlashAttentionOps is built for this backend and differentiates all that needs it.
-        let operation = flash::flash_serves(&device) && !bias_tracked;
+        // FlashAttentionOps is built for this backend: it differentiates q, k, v and a tracked
+        // bias (flash_attention_bias_backward).
+        let operation = flash::flash_serves(&device);
         let native = if operation && native::native_serves(&device) {
             Route::NativeOperation
         } else if operation && cube_kernels_serve(q, v) {

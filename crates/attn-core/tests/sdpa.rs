@@ -74,8 +74,8 @@ const STRATEGIES: [Strategy; 5] = [
     Strategy::Auto,
 ];
 
-/// The route a forced strategy takes on `device` when no bias needs a gradient (`None` for
-/// `Auto`, whose route depends on more than the device).
+/// The route a forced strategy takes on `device` (`None` for `Auto`, whose route depends on
+/// more than the device).
 fn forced_route(strategy: Strategy, device: &Device) -> Option<Route> {
     match strategy {
         Strategy::Explicit => Some(Route::Explicit),
@@ -543,8 +543,8 @@ fn chunked_and_native_gradients_equal_explicit_gradients_on_random_problems() {
                 g.clone(),
                 &reattach(&p.options, Strategy::Explicit),
             );
-            // A bias that needs no gradient leaves chunked on its tensor-operation blocks and
-            // native on its kernels, each with its own backward.
+            // Chunked runs as its tensor-operation blocks and native on its kernels, each
+            // with its own backward.
             for strategy in [Strategy::Chunked { block: 2 }, Strategy::Native] {
                 let (route, grads) = routed_gradients(
                     d,
@@ -750,35 +750,55 @@ fn shapes_that_cannot_work_are_errors_naming_the_numbers() {
 
 #[test]
 fn a_bias_that_needs_gradients_gets_them_from_every_differentiable_strategy() {
-    // FlashAttentionOps treats the bias as a constant; a bias that requires gradients must
-    // take the tensor-operation path instead and get the same gradient as with explicit.
+    // Chunked and native train through FlashAttentionOps, whose node's fourth parent is a
+    // tracked bias (its gradient block by block in tensor operations); the gradients of the
+    // bias, of whatever shape it broadcasts from, and of q, k and v equal explicit's.
     for_each_device(|d| {
         let mut rng = SeededRng::new(19);
         let autodiff = d.device.clone().autodiff();
-        let q = rng.tensor([1, 2, 70, 8], &d.device);
-        let k = rng.tensor([1, 2, 80, 8], &d.device);
-        let v = rng.tensor([1, 2, 80, 4], &d.device);
-        let bias = rng.tensor([1, 2, 70, 80], &d.device);
-        let bias_grad = |strategy| {
-            let on = |t: &Tensor<4>| t.clone().to_device(&autodiff).autodiff().require_grad();
-            let (q, k, v, bias) = (on(&q), on(&k), on(&v), on(&bias));
-            let options = AttentionOptions::new()
-                .with_bias(bias.clone())
-                .with_causal(CausalAlignment::TopLeft)
-                .with_strategy(strategy);
-            let out = scaled_dot_product_attention(q, k, v, &options).context;
-            let grads = out.sum().backward();
-            bias.grad(&grads).expect("the bias is in the graph")
-        };
-        let explicit = bias_grad(Strategy::Explicit);
-        for strategy in [Strategy::Chunked { block: 32 }, Strategy::Auto] {
-            assert_tensors_close(
-                bias_grad(strategy),
-                explicit.clone(),
-                ATOL,
-                RTOL,
-                &format!("{}: bias gradient, {}", d.name, strategy.name()),
-            );
+        let q = rng.tensor([2, 4, 70, 8], &d.device);
+        let k = rng.tensor([2, 2, 80, 8], &d.device);
+        let v = rng.tensor([2, 2, 80, 4], &d.device);
+        let g = rng.tensor([2, 4, 70, 4], &d.device);
+        let mask = rng.bool_tensor([2, 1, 1, 80], 0.2, &d.device);
+        for bias_shape in [[1, 4, 70, 80], [2, 4, 1, 80], [1, 1, 70, 80], [2, 4, 70, 1]] {
+            let bias = rng.tensor(bias_shape, &d.device);
+            let run = |strategy| {
+                let on = |t: &Tensor<4>| t.clone().to_device(&autodiff).autodiff().require_grad();
+                let (q, k, v, bias) = (on(&q), on(&k), on(&v), on(&bias));
+                let options = AttentionOptions::new()
+                    .with_bias(bias.clone())
+                    .with_mask(mask.clone().to_device(&autodiff))
+                    .with_causal(CausalAlignment::TopLeft)
+                    .with_strategy(strategy);
+                let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), &options);
+                let g = g.clone().to_device(&autodiff).autodiff();
+                let grads = (out.context * g).sum().backward();
+                let grad = |t: &Tensor<4>| t.grad(&grads).expect("in the graph");
+                (out.route, [grad(&bias), grad(&q), grad(&k), grad(&v)])
+            };
+            let (_, explicit) = run(Strategy::Explicit);
+            for strategy in [
+                Strategy::Chunked { block: 32 },
+                Strategy::Native,
+                Strategy::Auto,
+            ] {
+                let what = format!("{}: bias {bias_shape:?}, {}", d.name, strategy.name());
+                let (route, grads) = run(strategy);
+                // 80 keys: Auto trains as native does.
+                let expected = forced_route(strategy, &d.device)
+                    .or(forced_route(Strategy::Native, &d.device))
+                    .expect("a forced route");
+                assert_eq!(route, expected, "{what}");
+                for ((got, want), name) in grads
+                    .into_iter()
+                    .zip(explicit.clone())
+                    .zip(["bias", "q", "k", "v"])
+                {
+                    assert_eq!(got.dims(), want.dims(), "{what}: grad_{name}");
+                    assert_tensors_close(got, want, ATOL, RTOL, &format!("{what}: grad_{name}"));
+                }
+            }
         }
     });
 }
@@ -866,7 +886,7 @@ fn chunked_spans_three_blocks_of_its_tensor_operations_on_every_backend() {
 }
 
 #[test]
-fn chunked_with_a_bias_that_needs_gradients_is_recorded_block_by_block() {
+fn chunked_with_a_bias_that_needs_gradients_stays_one_operation() {
     for_each_device(|d| {
         let mut rng = SeededRng::new(43);
         let [q, k, v, bias] = three_block_problem(&mut rng, &d.device);
@@ -878,12 +898,7 @@ fn chunked_with_a_bias_that_needs_gradients_is_recorded_block_by_block() {
             .with_bias(bias)
             .with_strategy(Strategy::Chunked { block: 32 });
         let out = scaled_dot_product_attention(q, k, v, &options);
-        assert_eq!(
-            out.route,
-            Route::ChunkedRecorded { block: 32 },
-            "{}",
-            d.name
-        );
+        assert_eq!(out.route, Route::ChunkedBlocks { block: 32 }, "{}", d.name);
         assert!(out.context.is_tracked());
     });
 }

@@ -93,6 +93,37 @@ pub(super) fn backward<B: Primitives>(
     (B::primitive(dq), B::primitive(dk), B::primitive(dv))
 }
 
+/// `chunked::bias_backward` on `B`: the gradient of the bias, shaped like the bias, block by
+/// block of keys in tensor operations, whichever kernel computed the rest.
+pub(super) fn bias_backward<B: Primitives>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    mask: Masking<B>,
+    bias: FloatTensor<B>,
+    [context, lse, d_context]: [FloatTensor<B>; 3],
+    params: FlashParams,
+) -> FloatTensor<B> {
+    let (q, k, v) = (B::float(q), B::float(k), B::float(v));
+    let plan = plan::<B>(&q, &k, mask, Biasing::Biased(bias), params);
+    // The tensor operations' own block, whichever kernel the parameters name.
+    let block = if params.kernel == super::FlashKernel::Blocks {
+        params.block
+    } else {
+        crate::chunked::DEFAULT_BLOCK
+    };
+    B::primitive(chunked::bias_backward(
+        q,
+        k,
+        v,
+        &plan,
+        block,
+        B::float(context),
+        B::float::<3>(lse),
+        B::float(d_context),
+    ))
+}
+
 /// The plan the tensor-operation code reads, from the operation's arguments (already checked
 /// when the caller prepared its own plan).
 fn plan<B: Primitives>(

@@ -28,7 +28,9 @@
 //! Implemented for flex, ndarray and the CubeCL backends (wgpu, Vulkan, Metal, CUDA), and for
 //! `Autodiff<B>`: it runs `B`'s forward and records one graph node whose backward calls `B`'s
 //! backward with the same kernel, so that training keeps only `q`, `k`, `v`, the context and
-//! `lse`.
+//! `lse`. A tracked bias is the node's fourth parent; its gradient comes from
+//! [`flash_attention_bias_backward`](FlashAttentionOps::flash_attention_bias_backward), block
+//! by block of keys in tensor operations.
 //!
 //! The backends are chosen by this crate's features (`flex`, `ndarray`, `wgpu`, ...);
 //! [`flash_serves`] says whether a device's backend is among them, and the strategies fall back
@@ -98,7 +100,7 @@ pub enum Masking<B: Backend> {
     Masked(BoolTensor<B>),
 }
 
-/// The bias argument of [`FlashAttentionOps`]: added to the scaled scores, no gradient.
+/// The bias argument of [`FlashAttentionOps`]: added to the scaled scores.
 #[derive(ExtensionType, Clone, Debug)]
 pub enum Biasing<B: Backend> {
     /// No bias.
@@ -131,7 +133,9 @@ impl<B: Backend> Biasing<B> {
 /// Shapes: `q` `[batch, n_heads, seq_len_q, d_head]`; `k` `[batch, n_kv_heads, seq_len_kv,
 /// d_head]` and `v` `[batch, n_kv_heads, seq_len_kv, d_value]` with `n_kv_heads` dividing
 /// `n_heads`; `mask` (`true` = not attended) and `bias` broadcasting to `[batch, n_heads,
-/// seq_len_q, seq_len_kv]`. The bias is a constant here: no gradient flows to it.
+/// seq_len_q, seq_len_kv]`. [`flash_attention_backward`](Self::flash_attention_backward)
+/// treats the bias as a constant; [`flash_attention_bias_backward`](Self::flash_attention_bias_backward)
+/// gives its gradient, which `Autodiff<B>` asks for when the bias is tracked.
 ///
 /// Every implementation honours [`FlashParams::kernel`].
 #[backend_extension(
@@ -167,6 +171,24 @@ pub trait FlashAttentionOps: Backend {
         d_context: FloatTensor<Self>,
         params: FlashParams,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// The gradient of a bias, shaped like `bias`: `ds = p ∘ (d_context · vᵀ − D)` summed over
+    /// the dimensions the bias broadcasts along, with `p` recomputed from `lse` block by block
+    /// of keys in the backend's tensor operations, whichever [`FlashParams::kernel`] computed
+    /// the rest. Beside the gradient (the bias's own size), nothing larger than `[batch,
+    /// n_heads, seq_len_q, block]` is held.
+    #[allow(clippy::too_many_arguments)]
+    fn flash_attention_bias_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        #[extension_type] mask: Masking<Self>,
+        bias: FloatTensor<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        params: FlashParams,
+    ) -> FloatTensor<Self>;
 }
 
 /// flex lends its storage: contiguous `f32` tensors are read in place, without a copy.
@@ -225,6 +247,21 @@ impl FlashAttentionOps for burn::backend::Flex {
             }
         }
     }
+
+    fn flash_attention_bias_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Masking<Self>,
+        bias: FloatTensor<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        params: FlashParams,
+    ) -> FloatTensor<Self> {
+        let outputs = [context, lse, d_context];
+        blocks::bias_backward::<Self>(q, k, v, mask, bias, outputs, params)
+    }
 }
 
 /// ndarray: the native kernel reads its tensors back with `into_data`.
@@ -264,6 +301,21 @@ impl FlashAttentionOps for burn::backend::NdArray {
             }
             FlashKernel::Blocks => blocks::backward::<Self>(q, k, v, mask, bias, outputs, params),
         }
+    }
+
+    fn flash_attention_bias_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Masking<Self>,
+        bias: FloatTensor<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        params: FlashParams,
+    ) -> FloatTensor<Self> {
+        let outputs = [context, lse, d_context];
+        blocks::bias_backward::<Self>(q, k, v, mask, bias, outputs, params)
     }
 }
 
@@ -317,6 +369,21 @@ impl FlashAttentionOps for burn::backend::Cube {
                 blocks::backward::<Self>(q, k, v, mask, bias, outputs, params)
             }
         }
+    }
+
+    fn flash_attention_bias_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        mask: Masking<Self>,
+        bias: FloatTensor<Self>,
+        context: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_context: FloatTensor<Self>,
+        params: FlashParams,
+    ) -> FloatTensor<Self> {
+        let outputs = [context, lse, d_context];
+        blocks::bias_backward::<Self>(q, k, v, mask, bias, outputs, params)
     }
 }
 
@@ -390,7 +457,7 @@ pub fn flash_serves(device: &Device) -> bool {
 
 /// Attention through [`FlashAttentionOps`] with `kernel`: the context and the log-sum-exp
 /// `[batch, n_heads, seq_len_q]`. On an autodiff device, gradients flow to `q`, `k` and `v`
-/// through the operation's own backward; the bias must not require gradients (callers check).
+/// through the operation's own backward, and to a tracked bias through its bias backward.
 pub(crate) fn attention(
     q: Tensor<4>,
     k: Tensor<4>,
