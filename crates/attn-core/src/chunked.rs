@@ -97,29 +97,16 @@ pub(crate) fn backward(
     let [batch, n_heads, _, seq_len_kv] = plan.scores_shape;
     let [_, n_kv_heads, _, d_head] = k.dims();
     let d_value = v.dims()[3];
-    let k = repeat_kv_heads(k, n_heads); // [batch, n_heads, seq_len_kv, d_head]
-    let v = repeat_kv_heads(v, n_heads); // [batch, n_heads, seq_len_kv, d_value]
-    let q_scaled = q.mul_scalar(plan.scale);
-    let rows = Rows::new(plan, lse, &context, &d_context);
+    let rows = Rows::new([q, k, v], plan, lse, context, d_context);
 
-    let mut dq = Tensor::<4>::zeros(q_scaled.dims(), &q_scaled.device());
+    let mut dq = Tensor::<4>::zeros(rows.q_scaled.dims(), &rows.q_scaled.device());
     let mut dk_blocks = Vec::new();
     let mut dv_blocks = Vec::new();
     for kv_start in (0..seq_len_kv).step_by(block) {
-        let len = block.min(seq_len_kv - kv_start);
-        let k_block = k.clone().narrow(2, kv_start, len); // [batch, n_heads, len, d_head]
-        let v_block = v.clone().narrow(2, kv_start, len); // [batch, n_heads, len, d_value]
-        let (p, ds) = rows.block(
-            plan,
-            &q_scaled,
-            k_block.clone(),
-            v_block,
-            &d_context,
-            kv_start,
-        );
-        dv_blocks.push(p.swap_dims(2, 3).matmul(d_context.clone())); // [batch, n_heads, len, d_value]
+        let (k_block, p, ds) = rows.block(plan, kv_start, block);
+        dv_blocks.push(p.swap_dims(2, 3).matmul(rows.d_context.clone())); // [batch, n_heads, len, d_value]
         dq = dq + ds.clone().matmul(k_block); // [batch, n_heads, seq_len_q, d_head]
-        dk_blocks.push(ds.swap_dims(2, 3).matmul(q_scaled.clone())); // [batch, n_heads, len, d_head]
+        dk_blocks.push(ds.swap_dims(2, 3).matmul(rows.q_scaled.clone())); // [batch, n_heads, len, d_head]
     }
     let per_kv_head = |blocks: Vec<Tensor<4>>, d: usize| {
         Tensor::cat(blocks, 2) // [batch, n_heads, seq_len_kv, d]
@@ -134,9 +121,18 @@ pub(crate) fn backward(
     ]
 }
 
-/// What every block of the backward reads per query row: the log-sum-exp, floored, and
-/// `D = rowsum(d_context ∘ context)`.
+/// What every block of the backward reads: the inputs with key/value heads repeated for the
+/// query heads, and per query row the log-sum-exp, floored, and `D = rowsum(d_context ∘
+/// context)`.
 struct Rows {
+    /// `q · scale`.
+    q_scaled: Tensor<4>,
+    /// `[batch, n_heads, seq_len_kv, d_head]`.
+    k: Tensor<4>,
+    /// `[batch, n_heads, seq_len_kv, d_value]`.
+    v: Tensor<4>,
+    /// `[batch, n_heads, seq_len_q, d_value]`.
+    d_context: Tensor<4>,
     /// `[batch, n_heads, seq_len_q, 1]`. A fully masked row has lse = −∞ and scores −∞; a finite
     /// floor keeps its `p` at exp(−∞) = 0.
     lse: Tensor<4>,
@@ -146,37 +142,45 @@ struct Rows {
 
 impl Rows {
     fn new(
+        [q, k, v]: [Tensor<4>; 3],
         plan: &PreparedAttention,
         lse: Tensor<3>,
-        context: &Tensor<4>,
-        d_context: &Tensor<4>,
+        context: Tensor<4>,
+        d_context: Tensor<4>,
     ) -> Self {
         let [batch, n_heads, seq_len_q, _] = plan.scores_shape;
         Self {
+            q_scaled: q.mul_scalar(plan.scale),
+            k: repeat_kv_heads(k, n_heads),
+            v: repeat_kv_heads(v, n_heads),
             lse: lse
                 .reshape([batch, n_heads, seq_len_q, 1])
                 .clamp_min(f32::MIN),
-            d_sum: (d_context.clone() * context.clone()).sum_dim(3),
+            d_sum: (d_context.clone() * context).sum_dim(3),
+            d_context,
         }
     }
 
-    /// The weights `p = exp(s − lse)` of keys `kv_start..` (the length of `k_block`), and the
-    /// gradient of the loss with respect to their scores, `ds = p ∘ (d_context · vᵀ − D)`, both
-    /// `[batch, n_heads, seq_len_q, len]`.
+    /// For the block of up to `block` keys from `kv_start`: its keys, their weights `p =
+    /// exp(s − lse)`, and the gradient of the loss with respect to their scores, `ds = p ∘
+    /// (d_context · vᵀ − D)` (both `[batch, n_heads, seq_len_q, len]`).
     fn block(
         &self,
         plan: &PreparedAttention,
-        q_scaled: &Tensor<4>,
-        k_block: Tensor<4>,
-        v_block: Tensor<4>,
-        d_context: &Tensor<4>,
         kv_start: usize,
-    ) -> (Tensor<4>, Tensor<4>) {
-        let scores = q_scaled.clone().matmul(k_block.swap_dims(2, 3));
+        block: usize,
+    ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        let len = block.min(self.k.dims()[2] - kv_start);
+        let k_block = self.k.clone().narrow(2, kv_start, len); // [batch, n_heads, len, d_head]
+        let v_block = self.v.clone().narrow(2, kv_start, len); // [batch, n_heads, len, d_value]
+        let scores = self
+            .q_scaled
+            .clone()
+            .matmul(k_block.clone().swap_dims(2, 3));
         let p = (plan.mask_and_bias(scores, kv_start) - self.lse.clone()).exp();
-        let dp = d_context.clone().matmul(v_block.swap_dims(2, 3));
+        let dp = self.d_context.clone().matmul(v_block.swap_dims(2, 3));
         let ds = p.clone() * (dp - self.d_sum.clone());
-        (p, ds)
+        (k_block, p, ds)
     }
 }
 
@@ -199,12 +203,9 @@ pub(crate) fn bias_backward(
     lse: Tensor<3>,
     d_context: Tensor<4>,
 ) -> Tensor<4> {
-    let [_, n_heads, _, seq_len_kv] = plan.scores_shape;
+    let seq_len_kv = plan.scores_shape[3];
     let bias_dims = plan.bias.as_ref().expect("a plan with a bias").dims();
-    let k = repeat_kv_heads(k, n_heads); // [batch, n_heads, seq_len_kv, d_head]
-    let v = repeat_kv_heads(v, n_heads); // [batch, n_heads, seq_len_kv, d_value]
-    let q_scaled = q.mul_scalar(plan.scale);
-    let rows = Rows::new(plan, lse, &context, &d_context);
+    let rows = Rows::new([q, k, v], plan, lse, context, d_context);
     // ds summed over every dimension along which the bias broadcasts.
     let fold = |mut ds: Tensor<4>| {
         for (dim, &size) in bias_dims.iter().enumerate() {
@@ -216,10 +217,7 @@ pub(crate) fn bias_backward(
     };
     let mut blocks = Vec::new();
     for kv_start in (0..seq_len_kv).step_by(block) {
-        let len = block.min(seq_len_kv - kv_start);
-        let k_block = k.clone().narrow(2, kv_start, len);
-        let v_block = v.clone().narrow(2, kv_start, len);
-        let (_, ds) = rows.block(plan, &q_scaled, k_block, v_block, &d_context, kv_start);
+        let (_, _, ds) = rows.block(plan, kv_start, block);
         blocks.push(fold(ds));
     }
     if bias_dims[3] == 1 {

@@ -98,6 +98,97 @@ fn along(size: usize, index: usize) -> usize {
     at
 }
 
+/// Row `index`'s values of a `[batch, heads, rows, width]` tensor whose `(batch, head)` matrix
+/// starts at `base`, times `factor`, into `row`; zeros where the unit has no row.
+#[cube]
+fn load_row<E: Float>(
+    row: &mut Array<E>,
+    t: &Tensor<E>,
+    base: usize,
+    index: usize,
+    active: bool,
+    factor: E,
+    #[comptime] width: usize,
+) {
+    let at = base + index * t.stride(2);
+    #[unroll]
+    for c in 0..width {
+        row[c] = E::new(0.0);
+        if active {
+            row[c] = t[at + c * t.stride(3)] * factor;
+        }
+    }
+}
+
+/// Rows `start .. start + rows_per_tile` of the matrix at `base` into a shared tile, zeros past
+/// `rows`: every unit of the cube loads its share, and the caller syncs.
+#[cube]
+fn load_tile<E: Float>(
+    tile: &mut Shared<[E]>,
+    t: &Tensor<E>,
+    base: usize,
+    start: usize,
+    rows: usize,
+    #[comptime] width: usize,
+    #[comptime] rows_per_tile: usize,
+) {
+    for at in range_stepped(
+        UNIT_POS_X as usize,
+        rows_per_tile * width,
+        CUBE_DIM_X as usize,
+    ) {
+        let row = start + at / width;
+        tile[at] = E::new(0.0);
+        if row < rows {
+            tile[at] = t[base + row * t.stride(2) + (at % width) * t.stride(3)];
+        }
+    }
+}
+
+/// How many keys the cube whose first query is `first` reads: all of them, or under causality
+/// those up to its last query's last visible key, `last + shift_q − shift_k`.
+#[cube]
+fn visible_keys(
+    first: usize,
+    seq_q: usize,
+    seq_kv: usize,
+    shift_q: usize,
+    shift_k: usize,
+    #[comptime] causal: bool,
+) -> usize {
+    let mut keys = seq_kv;
+    if causal {
+        let mut end = seq_q;
+        if first + (CUBE_DIM_X as usize) < seq_q {
+            end = first + CUBE_DIM_X as usize;
+        }
+        let bound = end + shift_q;
+        keys = 0;
+        if bound > shift_k {
+            keys = bound - shift_k;
+            if keys > seq_kv {
+                keys = seq_kv;
+            }
+        }
+    }
+    keys
+}
+
+/// Where query `i`'s offsets start for `(batch, head)`; its key `j` is `j` steps of
+/// [`key_step`] on.
+#[cube]
+fn query_offsets<E: Float>(offsets: &Tensor<E>, batch: usize, head: usize, i: usize) -> usize {
+    along(offsets.shape(0), batch) * offsets.stride(0)
+        + along(offsets.shape(1), head) * offsets.stride(1)
+        + along(offsets.shape(2), i) * offsets.stride(2)
+}
+
+/// The step between one key's offset and the next's (0 where the keys share one).
+#[cube]
+fn key_step<E: Float>(offsets: &Tensor<E>) -> usize {
+    along(offsets.shape(3), 1) * offsets.stride(3)
+}
+
 /// The forward pass: `context [batch, heads, seq_len_q, d_value]` and `lse [batch, heads,
 /// seq_len_q]`, both contiguous. Cube `(x, y)` takes query rows `x·ROWS ..` of `(batch, head)`
 /// number `y`.
@@ -135,40 +226,16 @@ fn forward_kernel<E: Float>(
     let scale = E::cast_from(scale);
 
     let mut q_row = Array::<E>::new(d_head);
-    let q_at = batch * q.stride(0) + head * q.stride(1) + i * q.stride(2);
-    #[unroll]
-    for c in 0..d_head {
-        q_row[c] = E::new(0.0);
-        if active {
-            q_row[c] = q[q_at + c * q.stride(3)] * scale;
-        }
-    }
+    let q_at = batch * q.stride(0) + head * q.stride(1);
+    load_row(&mut q_row, q, q_at, i, active, scale, d_head);
     let mut acc = Array::<E>::new(d_value);
     #[unroll]
     for c in 0..d_value {
         acc[c] = E::new(0.0);
     }
-    let offsets_at = along(offsets.shape(0), batch) * offsets.stride(0)
-        + along(offsets.shape(1), head) * offsets.stride(1)
-        + along(offsets.shape(2), i) * offsets.stride(2);
-    let offsets_step = along(offsets.shape(3), 1) * offsets.stride(3);
-
-    // The cube's last query sees keys up to `last + shift_q − shift_k`.
-    let mut keys = seq_kv;
-    if causal {
-        let mut end = seq_q;
-        if first + units < seq_q {
-            end = first + units;
-        }
-        let bound = end + shift_q;
-        keys = 0;
-        if bound > shift_k {
-            keys = bound - shift_k;
-            if keys > seq_kv {
-                keys = seq_kv;
-            }
-        }
-    }
+    let offsets_at = query_offsets(offsets, batch, head, i);
+    let offsets_step = key_step(offsets);
+    let keys = visible_keys(first, seq_q, seq_kv, shift_q, shift_k, causal);
 
     let k_at = batch * k.stride(0) + kv_head * k.stride(1);
     let v_at = batch * v.stride(0) + kv_head * v.stride(1);
@@ -180,20 +247,8 @@ fn forward_kernel<E: Float>(
     let n_tiles = keys.div_ceil(tile);
     for t in 0..n_tiles {
         let start = t * tile;
-        for at in range_stepped(UNIT_POS_X as usize, tile * d_head, units) {
-            let j = start + at / d_head;
-            k_tile[at] = E::new(0.0);
-            if j < seq_kv {
-                k_tile[at] = k[k_at + j * k.stride(2) + (at % d_head) * k.stride(3)];
-            }
-        }
-        for at in range_stepped(UNIT_POS_X as usize, tile * d_value, units) {
-            let j = start + at / d_value;
-            v_tile[at] = E::new(0.0);
-            if j < seq_kv {
-                v_tile[at] = v[v_at + j * v.stride(2) + (at % d_value) * v.stride(3)];
-            }
-        }
+        load_tile(&mut k_tile, k, k_at, start, seq_kv, d_head, tile);
+        load_tile(&mut v_tile, v, v_at, start, seq_kv, d_value, tile);
         sync_cube();
         if active {
             let end = if start + tile < keys {
@@ -334,22 +389,13 @@ fn dq_kernel<E: Float>(
     let mut q_row = Array::<E>::new(d_head);
     let mut g_row = Array::<E>::new(d_value);
     let mut acc = Array::<E>::new(d_head);
-    let q_at = batch * q.stride(0) + head * q.stride(1) + i * q.stride(2);
-    let g_at = batch * d_context.stride(0) + head * d_context.stride(1) + i * d_context.stride(2);
+    let q_at = batch * q.stride(0) + head * q.stride(1);
+    let g_at = batch * d_context.stride(0) + head * d_context.stride(1);
+    load_row(&mut q_row, q, q_at, i, active, scale, d_head);
+    load_row(&mut g_row, d_context, g_at, i, active, E::new(1.0), d_value);
     #[unroll]
     for c in 0..d_head {
-        q_row[c] = E::new(0.0);
         acc[c] = E::new(0.0);
-        if active {
-            q_row[c] = q[q_at + c * q.stride(3)] * scale;
-        }
-    }
-    #[unroll]
-    for c in 0..d_value {
-        g_row[c] = E::new(0.0);
-        if active {
-            g_row[c] = d_context[g_at + c * d_context.stride(3)];
-        }
     }
     let mut lse = E::new(MASKED);
     let mut big_d = E::new(0.0);
@@ -357,26 +403,9 @@ fn dq_kernel<E: Float>(
         lse = stats[2 * (pair * seq_q + i)];
         big_d = stats[2 * (pair * seq_q + i) + 1];
     }
-    let offsets_at = along(offsets.shape(0), batch) * offsets.stride(0)
-        + along(offsets.shape(1), head) * offsets.stride(1)
-        + along(offsets.shape(2), i) * offsets.stride(2);
-    let offsets_step = along(offsets.shape(3), 1) * offsets.stride(3);
-
-    let mut keys = seq_kv;
-    if causal {
-        let mut end = seq_q;
-        if first + units < seq_q {
-            end = first + units;
-        }
-        let bound = end + shift_q;
-        keys = 0;
-        if bound > shift_k {
-            keys = bound - shift_k;
-            if keys > seq_kv {
-                keys = seq_kv;
-            }
-        }
-    }
+    let offsets_at = query_offsets(offsets, batch, head, i);
+    let offsets_step = key_step(offsets);
+    let keys = visible_keys(first, seq_q, seq_kv, shift_q, shift_k, causal);
 
     let k_at = batch * k.stride(0) + kv_head * k.stride(1);
     let v_at = batch * v.stride(0) + kv_head * v.stride(1);
@@ -385,20 +414,8 @@ fn dq_kernel<E: Float>(
     let n_tiles = keys.div_ceil(tile);
     for t in 0..n_tiles {
         let start = t * tile;
-        for at in range_stepped(UNIT_POS_X as usize, tile * d_head, units) {
-            let j = start + at / d_head;
-            k_tile[at] = E::new(0.0);
-            if j < seq_kv {
-                k_tile[at] = k[k_at + j * k.stride(2) + (at % d_head) * k.stride(3)];
-            }
-        }
-        for at in range_stepped(UNIT_POS_X as usize, tile * d_value, units) {
-            let j = start + at / d_value;
-            v_tile[at] = E::new(0.0);
-            if j < seq_kv {
-                v_tile[at] = v[v_at + j * v.stride(2) + (at % d_value) * v.stride(3)];
-            }
-        }
+        load_tile(&mut k_tile, k, k_at, start, seq_kv, d_head, tile);
+        load_tile(&mut v_tile, v, v_at, start, seq_kv, d_value, tile);
         sync_cube();
         // A row whose keys are all masked has lse = −∞ and no gradient.
         if active && lse > E::new(MASKED) {
@@ -489,23 +506,17 @@ fn dkdv_kernel<E: Float>(
     let mut v_row = Array::<E>::new(d_value);
     let mut dk = Array::<E>::new(d_head);
     let mut dv = Array::<E>::new(d_value);
-    let k_at = batch * k.stride(0) + kv_head * k.stride(1) + j * k.stride(2);
-    let v_at = batch * v.stride(0) + kv_head * v.stride(1) + j * v.stride(2);
+    let k_at = batch * k.stride(0) + kv_head * k.stride(1);
+    let v_at = batch * v.stride(0) + kv_head * v.stride(1);
+    load_row(&mut k_row, k, k_at, j, active, E::new(1.0), d_head);
+    load_row(&mut v_row, v, v_at, j, active, E::new(1.0), d_value);
     #[unroll]
     for c in 0..d_head {
-        k_row[c] = E::new(0.0);
         dk[c] = E::new(0.0);
-        if active {
-            k_row[c] = k[k_at + c * k.stride(3)];
-        }
     }
     #[unroll]
     for c in 0..d_value {
-        v_row[c] = E::new(0.0);
         dv[c] = E::new(0.0);
-        if active {
-            v_row[c] = v[v_at + c * v.stride(3)];
-        }
     }
 
     // The cube's first key is seen from query `first + shift_k − shift_q` on.
@@ -523,28 +534,13 @@ fn dkdv_kernel<E: Float>(
         let q_at = batch * q.stride(0) + head * q.stride(1);
         let g_at = batch * d_context.stride(0) + head * d_context.stride(1);
         let stats_at = 2 * (batch * n_heads + head) * seq_q;
-        let offsets_at = along(offsets.shape(0), batch) * offsets.stride(0)
-            + along(offsets.shape(1), head) * offsets.stride(1)
-            + along(offsets.shape(3), j) * offsets.stride(3);
+        // Along the queries this time: key `j`'s offset for query 0, then a step per query.
+        let offsets_at = query_offsets(offsets, batch, head, 0) + j * key_step(offsets);
         let offsets_step = along(offsets.shape(2), 1) * offsets.stride(2);
         for t in first_tile..n_tiles {
             let start = t * tile;
-            for at in range_stepped(UNIT_POS_X as usize, tile * d_head, units) {
-                let i = start + at / d_head;
-                q_tile[at] = E::new(0.0);
-                if i < seq_q {
-                    q_tile[at] = q[q_at + i * q.stride(2) + (at % d_head) * q.stride(3)];
-                }
-            }
-            for at in range_stepped(UNIT_POS_X as usize, tile * d_value, units) {
-                let i = start + at / d_value;
-                g_tile[at] = E::new(0.0);
-                if i < seq_q {
-                    let at_g =
-                        g_at + i * d_context.stride(2) + (at % d_value) * d_context.stride(3);
-                    g_tile[at] = d_context[at_g];
-                }
-            }
+            load_tile(&mut q_tile, q, q_at, start, seq_q, d_head, tile);
+            load_tile(&mut g_tile, d_context, g_at, start, seq_q, d_value, tile);
             for at in range_stepped(UNIT_POS_X as usize, tile * 2, units) {
                 s_tile[at] = E::new(MASKED);
                 if start + at / 2 < seq_q {

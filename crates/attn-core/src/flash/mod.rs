@@ -191,6 +191,28 @@ pub trait FlashAttentionOps: Backend {
     ) -> FloatTensor<Self>;
 }
 
+/// [`FlashAttentionOps::flash_attention_bias_backward`] as every backend implements it: block by
+/// block of keys in the backend's tensor operations (`blocks::bias_backward`).
+#[cfg(any(feature = "flex", feature = "ndarray", feature = "cube"))]
+macro_rules! bias_backward_in_blocks {
+    () => {
+        fn flash_attention_bias_backward(
+            q: FloatTensor<Self>,
+            k: FloatTensor<Self>,
+            v: FloatTensor<Self>,
+            mask: Masking<Self>,
+            bias: FloatTensor<Self>,
+            context: FloatTensor<Self>,
+            lse: FloatTensor<Self>,
+            d_context: FloatTensor<Self>,
+            params: FlashParams,
+        ) -> FloatTensor<Self> {
+            let outputs = [context, lse, d_context];
+            blocks::bias_backward::<Self>(q, k, v, mask, bias, outputs, params)
+        }
+    };
+}
+
 /// flex lends its storage: contiguous `f32` tensors are read in place, without a copy.
 #[cfg(feature = "flex")]
 impl FlashAttentionOps for burn::backend::Flex {
@@ -248,20 +270,7 @@ impl FlashAttentionOps for burn::backend::Flex {
         }
     }
 
-    fn flash_attention_bias_backward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        mask: Masking<Self>,
-        bias: FloatTensor<Self>,
-        context: FloatTensor<Self>,
-        lse: FloatTensor<Self>,
-        d_context: FloatTensor<Self>,
-        params: FlashParams,
-    ) -> FloatTensor<Self> {
-        let outputs = [context, lse, d_context];
-        blocks::bias_backward::<Self>(q, k, v, mask, bias, outputs, params)
-    }
+    bias_backward_in_blocks!();
 }
 
 /// ndarray: the native kernel reads its tensors back with `into_data`.
@@ -303,20 +312,7 @@ impl FlashAttentionOps for burn::backend::NdArray {
         }
     }
 
-    fn flash_attention_bias_backward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        mask: Masking<Self>,
-        bias: FloatTensor<Self>,
-        context: FloatTensor<Self>,
-        lse: FloatTensor<Self>,
-        d_context: FloatTensor<Self>,
-        params: FlashParams,
-    ) -> FloatTensor<Self> {
-        let outputs = [context, lse, d_context];
-        blocks::bias_backward::<Self>(q, k, v, mask, bias, outputs, params)
-    }
+    bias_backward_in_blocks!();
 }
 
 /// The CubeCL backends: [`FlashKernel::Cube`] launches this workspace's GPU kernels,
@@ -371,20 +367,7 @@ impl FlashAttentionOps for burn::backend::Cube {
         }
     }
 
-    fn flash_attention_bias_backward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        mask: Masking<Self>,
-        bias: FloatTensor<Self>,
-        context: FloatTensor<Self>,
-        lse: FloatTensor<Self>,
-        d_context: FloatTensor<Self>,
-        params: FlashParams,
-    ) -> FloatTensor<Self> {
-        let outputs = [context, lse, d_context];
-        blocks::bias_backward::<Self>(q, k, v, mask, bias, outputs, params)
-    }
+    bias_backward_in_blocks!();
 }
 
 /// Whether [`FlashKernel::Cube`]'s kernels take a problem, from its primitives.
