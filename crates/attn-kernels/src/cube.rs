@@ -88,6 +88,17 @@ fn tile_rows(client: &Client, width: usize) -> usize {
     rows
 }
 
+/// What a kernel is compiled for: its head dimensions, the rows of its shared-memory tiles, and
+/// whether it computes causality and reads offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Layout {
+    d_head: usize,
+    d_value: usize,
+    tile: usize,
+    causal: bool,
+    biased: bool,
+}
+
 /// `index` along a dimension of `size`, or 0 where the dimension broadcasts.
 #[cube]
 fn along(size: usize, index: usize) -> usize {
@@ -205,13 +216,11 @@ fn forward_kernel<E: Float>(
     neg_inf: f32,
     shift_q: u32,
     shift_k: u32,
-    #[comptime] d_head: usize,
-    #[comptime] d_value: usize,
-    #[comptime] tile: usize,
-    #[comptime] causal: bool,
-    #[comptime] biased: bool,
+    #[comptime] layout: Layout,
     #[define(E)] _dtype: ElemType,
 ) {
+    let (d_head, d_value, tile) = (layout.d_head, layout.d_value, layout.tile);
+    let (causal, biased) = (layout.causal, layout.biased);
     let (shift_q, shift_k) = (shift_q as usize, shift_k as usize);
     let n_heads = q.shape(1);
     let seq_q = q.shape(2);
@@ -366,13 +375,11 @@ fn dq_kernel<E: Float>(
     scale: f32,
     shift_q: u32,
     shift_k: u32,
-    #[comptime] d_head: usize,
-    #[comptime] d_value: usize,
-    #[comptime] tile: usize,
-    #[comptime] causal: bool,
-    #[comptime] biased: bool,
+    #[comptime] layout: Layout,
     #[define(E)] _dtype: ElemType,
 ) {
+    let (d_head, d_value, tile) = (layout.d_head, layout.d_value, layout.tile);
+    let (causal, biased) = (layout.causal, layout.biased);
     let (shift_q, shift_k) = (shift_q as usize, shift_k as usize);
     let n_heads = q.shape(1);
     let seq_q = q.shape(2);
@@ -481,13 +488,11 @@ fn dkdv_kernel<E: Float>(
     scale: f32,
     shift_q: u32,
     shift_k: u32,
-    #[comptime] d_head: usize,
-    #[comptime] d_value: usize,
-    #[comptime] tile: usize,
-    #[comptime] causal: bool,
-    #[comptime] biased: bool,
+    #[comptime] layout: Layout,
     #[define(E)] _dtype: ElemType,
 ) {
+    let (d_head, d_value, tile) = (layout.d_head, layout.d_value, layout.tile);
+    let (causal, biased) = (layout.causal, layout.biased);
     let (shift_q, shift_k) = (shift_q as usize, shift_k as usize);
     let n_heads = q.shape(1);
     let n_kv_heads = k.shape(1);
@@ -691,11 +696,13 @@ pub fn forward(
         f32::NEG_INFINITY,
         shift_q,
         shift_k,
-        d_head,
-        d_value,
-        tile,
-        settings.causal_offset.is_some(),
-        settings.offsets,
+        Layout {
+            d_head,
+            d_value,
+            tile,
+            causal: settings.causal_offset.is_some(),
+            biased: settings.offsets,
+        },
         dtype,
     );
 }
@@ -797,11 +804,13 @@ pub fn backward(
         settings.scale,
         shift_q,
         shift_k,
-        d_head,
-        d_value,
-        tile,
-        causal,
-        settings.offsets,
+        Layout {
+            d_head,
+            d_value,
+            tile,
+            causal,
+            biased: settings.offsets,
+        },
         dtype,
     );
 
@@ -831,11 +840,13 @@ pub fn backward(
         settings.scale,
         shift_q,
         shift_k,
-        d_head,
-        d_value,
-        tile,
-        causal,
-        settings.offsets,
+        Layout {
+            d_head,
+            d_value,
+            tile,
+            causal,
+            biased: settings.offsets,
+        },
         dtype,
     );
 }
