@@ -21,9 +21,8 @@
 //! The mask and the bias arrive as one additive tensor, the *offsets*, broadcasting to the
 //! scores ([`MASKED_OFFSET`] where a key is masked): a score at or below [`MASKED`] is skipped,
 //! so a row whose keys are all masked gets a zero context, a log-sum-exp of `−∞` and zero
-//! gradients. Causal
-//! masking is computed, not read, and whole tiles beyond a cube's last visible key are never
-//! loaded.
+//! gradients. Causal masking is computed, not read, and whole tiles beyond a cube's last
+//! visible key are never loaded.
 //!
 //! At most seven tensors per kernel: wgpu's default limit is eight storage buffers per stage,
 //! one of which carries the tensors' shapes and strides. That is why the backward packs each
@@ -42,7 +41,8 @@ const ROWS: usize = 32;
 /// score comes near: at `−10³⁸` below a row's largest score, a weight is exactly 0 in `f32`.
 pub const MASKED: f32 = -1.0e38;
 
-/// The offset of a masked key: `f32::MIN`, finite, below [`MASKED`] whatever the score.
+/// The offset of a masked key: `f32::MIN`, finite, and below [`MASKED`] for any score under
+/// `2·10³⁸`.
 pub const MASKED_OFFSET: f32 = f32::MIN;
 
 /// The largest `d_head` and `d_value` the kernels take: a unit keeps its row and its
