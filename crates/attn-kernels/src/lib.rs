@@ -13,15 +13,15 @@
 //!   with each block of weights recomputed from the log-sum-exp and never stored;
 //! - [`decode_attention`]: a few queries (up to [`DECODE_MAX_QUERIES`]) against many keys,
 //!   split along the keys so that every core has work;
-//! - [`gelu_tanh`]: GPT-2's tanh GELU, one pass on every core;
+//! - [`gelu`] and [`gelu_backward`]: GELU, exact or GPT-2's tanh form, one pass on every core;
 //! - [`silu_mul`]: SwiGLU's `silu(gate) · up`, one pass on every core;
 //! - [`layer_norm`] and [`layer_norm_backward`]: LayerNorm's row loops, rows split among the
 //!   threads;
 //! - [`products`]: matrix products on strided views through `gemm`, each output written once;
 //! - [`half`]: `x · Wᵀ` with `bfloat16` weights widened in registers, for decoding a
 //!   half-precision model;
-//! - [`AdamStep`]: Adam's update of one parameter, burn's expressions in one pass on every
-//!   thread.
+//! - [`AdamStep`] and [`AdamWStep`]: Adam's and AdamW's update of one parameter, burn's
+//!   expressions in one pass on every thread.
 //!
 //! With the `cube` feature, the `cube` module holds the FlashAttention-2 forward and backward as CubeCL
 //! kernels, for GPUs.
@@ -35,7 +35,7 @@
 //!
 //! ```text
 //! forward.rs, backward.rs, decode.rs  the attention passes (one Pass each)
-//! activation.rs                       an element-wise pass (GPT-2's tanh GELU)
+//! activation.rs                       element-wise passes (GELU and its backward, SwiGLU's gate)
 //! layer_norm.rs                       LayerNorm's row loops
 //! products.rs                         matrix products through gemm (Matrix, product)
 //! half.rs                             products with bfloat16 weights (Bf16Rows, linear_bf16)
@@ -84,8 +84,8 @@ mod simd;
 mod testing;
 mod tiling;
 
-pub use activation::{gelu_tanh, silu_mul};
-pub use adam::AdamStep;
+pub use activation::{GeluForm, gelu, gelu_backward, gelu_tanh, silu_mul};
+pub use adam::{AdamStep, AdamWStep};
 pub use backward::{Gradients, attention_backward};
 pub use decode::{DECODE_MAX_QUERIES, attention as decode_attention};
 pub use forward::attention;

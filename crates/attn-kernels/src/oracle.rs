@@ -173,6 +173,26 @@ pub fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + u.tanh())
 }
 
+/// The exact GELU by its definition, `x · Φ(x) = x/2 · erfc(−x/√2)`, with `libm`'s `erfc`.
+pub fn gelu(x: f64) -> f64 {
+    0.5 * x * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
+}
+
+/// The exact GELU's derivative, `Φ(x) + x · φ(x)` with `φ(x) = e^(−x²/2) / √(2π)`.
+pub fn gelu_derivative(x: f64) -> f64 {
+    let density = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    0.5 * libm::erfc(-x * std::f64::consts::FRAC_1_SQRT_2) + x * density
+}
+
+/// The derivative of GPT-2's GELU, from its definition by the product rule:
+/// `(1 + tanh u)/2 + x/2 · (1 − tanh² u) · u'`.
+pub fn gelu_tanh_derivative(x: f64) -> f64 {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    let u = c * (x + 0.044715 * x * x * x);
+    let du = c * (1.0 + 3.0 * 0.044715 * x * x);
+    0.5 * (1.0 + u.tanh()) + 0.5 * x * (1.0 - u.tanh() * u.tanh()) * du
+}
+
 /// SiLU by its definition, `x / (1 + e^(−x))`.
 pub fn silu(x: f64) -> f64 {
     x / (1.0 + (-x).exp())

@@ -20,7 +20,7 @@ use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Linear, LinearConfig};
 use burn::tensor::Device;
 use burn::tensor::Tensor;
-use burn::tensor::activation::{gelu, relu, silu};
+use burn::tensor::activation::{relu, silu};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, check_dropout, check_nonzero};
@@ -65,7 +65,7 @@ impl Activation {
     pub fn apply<const D: usize>(self, x: Tensor<D>) -> Tensor<D> {
         match self {
             Activation::Relu => relu(x),
-            Activation::Gelu => gelu(x),
+            Activation::Gelu => crate::ops::gelu(x),
             Activation::GeluTanh => crate::ops::gelu_tanh(x),
             Activation::Silu => silu(x),
         }

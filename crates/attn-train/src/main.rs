@@ -100,7 +100,8 @@ struct ViewArgs {
         conflicts_with = "model"
     )]
     run: Option<PathBuf>,
-    /// A Hugging Face model folder (GPT-2 or BERT: config.json, the weights, tokenizer.json).
+    /// A Hugging Face model folder (GPT-2, BERT, Llama, Qwen2, Qwen3 or Mistral: config.json, the
+    /// weights, tokenizer.json).
     #[arg(long, value_name = "DIR")]
     model: Option<PathBuf>,
     /// The text: any text for a text run or a model folder, a prompt for add and translate,

@@ -1,6 +1,7 @@
 //! `attn-train view` end to end: pages of a Hugging Face GPT-2 folder and of a trained
 //! translate run, read back from the file, and the refusal to write over a file that is not
-//! such a page.
+//! such a page; and the weights the explorer collects from GPT-2, BERT, Llama and Mistral
+//! folders against transformers' own attentions.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -157,4 +158,76 @@ fn a_translate_run_gives_decoder_and_cross_views_and_other_files_are_never_repla
     assert!(String::from_utf8_lossy(&refused.stderr).contains("is not an explorer page"));
     assert_eq!(std::fs::read_to_string(&notes).expect("notes"), "my notes");
     std::fs::remove_dir_all(dir).ok();
+}
+
+/// transformers' attention weights (`output_attentions=True`, eager attention, f32) of a folder
+/// on a text, written by `crates/attn-model/tests/data/hf/make_view_reference.py`.
+#[derive(serde::Deserialize)]
+struct ViewReference {
+    text: String,
+    tokens: Vec<String>,
+    layers: usize,
+    heads: usize,
+    /// `[layer][head][query][key]`.
+    attentions: Vec<Vec<Vec<Vec<f64>>>>,
+}
+
+#[test]
+fn the_weights_of_gpt2_bert_llama_and_mistral_folders_are_transformers_attentions() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf");
+    // mistral_tiny attends through a sliding window of 5 keys.
+    for name in ["gpt2_tiny", "bert_tiny", "llama_tiny", "mistral_tiny"] {
+        let folder = data.join(name);
+        let reference: ViewReference = serde_json::from_str(
+            &std::fs::read_to_string(folder.join("view_reference.json")).expect("reference"),
+        )
+        .expect("JSON");
+        attn_testing::for_each_device(|d| {
+            let what = format!("{name} on {}", d.name);
+            let (_, views) =
+                attn_train::view::from_model_folder(&folder, &reference.text, &d.device)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(views.len(), 1, "{what}");
+            let view = &views[0];
+            assert_eq!(
+                view.queries, reference.tokens,
+                "{what}: the tokenizer's tokens"
+            );
+            assert_eq!(view.keys, reference.tokens, "{what}");
+            assert_eq!(
+                (view.layers, view.heads),
+                (reference.layers, reference.heads),
+                "{what}"
+            );
+            let n = reference.tokens.len();
+            assert_eq!(
+                view.weights.len(),
+                reference.layers * reference.heads * n * n,
+                "{what}"
+            );
+            let mut worst = 0.0f64;
+            for (l, layer) in reference.attentions.iter().enumerate() {
+                for (h, head) in layer.iter().enumerate() {
+                    for (q, row) in head.iter().enumerate() {
+                        for (k, &want) in row.iter().enumerate() {
+                            let byte = view.weights[((l * reference.heads + h) * n + q) * n + k];
+                            // One byte per weight: round(255 · w) is within 1/510 of w.
+                            let err = (f64::from(byte) / 255.0 - want).abs();
+                            worst = worst.max(err);
+                            assert!(
+                                err <= 1.0 / 510.0 + 1e-5,
+                                "{what}: layer {l} head {h} query {q} key {k}: the page holds \
+                                 {byte}/255, transformers gives {want}"
+                            );
+                        }
+                    }
+                }
+            }
+            // The weights are not all near zero or all equal: the check above had work to do.
+            let spread = view.weights.iter().max().copied().unwrap_or(0)
+                - view.weights.iter().min().copied().unwrap_or(0);
+            assert!(spread > 100, "{what}: weights span only {spread}/255");
+            eprintln!("{what}: largest difference {worst:.2e}");
+        });
+    }
 }

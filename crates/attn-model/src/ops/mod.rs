@@ -1,25 +1,26 @@
 //! The backend operations the layers around attention run on: the projections (`x · W + b`,
-//! [`LinearOps`]), LayerNorm ([`LayerNormOps`]), GPT-2's GELU ([`gelu_tanh`]) and SwiGLU's gate
-//! ([`silu_gate`]).
+//! [`LinearOps`]), LayerNorm ([`LayerNormOps`]), GELU ([`GeluOps`]: [`gelu`], [`gelu_tanh`]) and
+//! SwiGLU's gate ([`silu_gate`]).
 //!
 //! Each is written once as a burn operation: on flex the kernels of `attn-kernels` run it on
 //! the tensors' own storage (a product that writes its output once, LayerNorm's row loops, one
-//! vector pass for GELU), and under autodiff LayerNorm and the projections are one graph node
-//! with their own backward. Every other backend runs burn's own operations.
+//! vector pass for GELU each way), and under autodiff LayerNorm, GELU and the projections are one
+//! graph node with their own backward. Every other backend runs burn's own operations.
 //!
 //! They live here, beside the modules that call them (`project.rs`, `norm.rs`,
 //! `feed_forward.rs`, the decoder's output head), rather than in `attn-core`: attention is what
 //! `attn-core` holds, and these are the layers' business.
 
+// burn-ndarray is deprecated in burn 0.22 and still one of the backends these three serve.
+#[allow(deprecated)]
 mod gelu;
-// burn-ndarray is deprecated in burn 0.22 and still one of the backends served here.
 #[allow(deprecated)]
 mod layer_norm;
 #[allow(deprecated)]
 mod linear;
 mod silu;
 
-pub use gelu::gelu_tanh;
+pub use gelu::{GeluForm, GeluOps, gelu, gelu_tanh, gelu_with};
 pub use layer_norm::{LayerNormOps, layer_norm, layer_norm_serves};
 pub use linear::{LinearOps, linear, linear_serves};
 pub use silu::silu_gate;
@@ -27,7 +28,7 @@ pub use silu::silu_gate;
 use attn_core::backend::BackendKind;
 use burn::tensor::{Device, Tensor};
 
-/// Whether [`LinearOps`] and [`LayerNormOps`] are implemented for `device`'s backend in this
+/// Whether [`LinearOps`], [`LayerNormOps`] and [`GeluOps`] are implemented for `device`'s backend in this
 /// build: flex, ndarray and the CubeCL backends, each when this crate's feature of that name
 /// is on (with or without autodiff).
 fn implemented_for(device: &Device) -> bool {
@@ -50,7 +51,7 @@ fn is_flex(device: &Device) -> bool {
 }
 
 /// Whether `x` is a flex tensor outside autodiff (neither the tensor nor its device tracks
-/// gradients): what the inference-only flex paths (`linear`'s one-row split, `gelu_tanh`) serve.
+/// gradients): what the inference-only flex paths (`linear`'s one-row split, `silu_gate`) serve.
 #[cfg_attr(not(feature = "flex"), allow(dead_code))]
 fn is_flex_inference<const D: usize>(x: &Tensor<D>) -> bool {
     let device = x.device();

@@ -3,7 +3,7 @@
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::loss::CrossEntropyLoss;
-use burn::optim::{AdamWConfig, GradientsAccumulator, GradientsParams, ModuleOptimizer};
+use burn::optim::{GradientsAccumulator, GradientsParams, ModuleOptimizer};
 use burn::tensor::{Device, Tensor};
 
 use crate::adam::{FusedAdam, MatrixDecayAdamW};
@@ -249,9 +249,9 @@ fn scored_positions(loss_fn: &CrossEntropyLoss, batch: &Batch) -> usize {
         .count()
 }
 
-/// Adam ([`FusedAdam`]: burn's, with its step as one pass on flex) or burn's AdamW with weight
-/// decay on matrices only ([`MatrixDecayAdamW`]) from the configuration. Clipping is done by [`clip_global_norm`] before the step (in [`update`]), not
-/// by burn's per-parameter clipping.
+/// Adam ([`FusedAdam`]) or AdamW with weight decay on matrices only ([`MatrixDecayAdamW`]),
+/// both burn's with their step as one pass on flex, from the configuration. Clipping is done by
+/// [`clip_global_norm`] before the step (in [`update`]), not by burn's per-parameter clipping.
 pub fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
     match o.kind {
         OptimizerKind::Adam => ModuleOptimizer::from(FusedAdam::new(
@@ -261,11 +261,10 @@ pub fn optimizer(o: &OptimConfig) -> ModuleOptimizer {
             (o.weight_decay > 0.0).then_some(o.weight_decay as f32),
         )),
         OptimizerKind::Adamw => ModuleOptimizer::from(MatrixDecayAdamW::new(
-            &AdamWConfig::new()
-                .with_beta_1(o.beta_1)
-                .with_beta_2(o.beta_2)
-                .with_epsilon(o.epsilon)
-                .with_weight_decay(o.weight_decay as f32),
+            o.beta_1,
+            o.beta_2,
+            o.epsilon,
+            o.weight_decay as f32,
         )),
     }
 }

@@ -15,7 +15,7 @@
 
 use std::path::Path;
 
-use attn_model::hf::{Bert, Gpt2, read_config};
+use attn_model::hf::{Architecture, Bert, CausalLm, Gpt2, read_config};
 use attn_model::{
     DecoderWeights, EncoderDecoderInput, GenerateConfig, NeedWeights, Prompt, TokenDecoder,
     TokenDecoderInput,
@@ -141,13 +141,16 @@ pub fn from_run(
     Ok((title, views))
 }
 
-/// The views of the Hugging Face model in `folder` (GPT-2 or BERT, read by
-/// [`attn_model::hf`]) on `text`, tokenized by the folder's `tokenizer.json`, and a title.
+/// The views of the Hugging Face model in `folder` (GPT-2, BERT, or a Llama-family causal
+/// model: `llama`, `qwen2`, `qwen3`, `mistral`; read by [`attn_model::hf`]) on `text`,
+/// tokenized by the folder's `tokenizer.json` as transformers' tokenizer encodes it by default
+/// (BERT's and the Llama family's special tokens added by the tokenizer's post-processor), and a
+/// title.
 ///
 /// # Errors
 ///
-/// [`TrainError::Config`] for a model type other than `gpt2` and `bert`, the errors of reading
-/// the folder and its tokenizer, and of running the model.
+/// [`TrainError::Config`] for another model type, the errors of reading the folder and its
+/// tokenizer, and of running the model.
 pub fn from_model_folder(
     folder: &Path,
     text: &str,
@@ -186,9 +189,19 @@ pub fn from_model_folder(
             let heads = model_heads(&layers, names.len());
             vec![view("self", "Self-attention", names, None, heads, &layers)?]
         }
+        other if Architecture::from_model_type(other).is_ok() => {
+            let model = CausalLm::from_pretrained(folder, device)?;
+            let ids = encode(&tokenizer, text, true)?;
+            let names = ids
+                .iter()
+                .map(|&id| tokenizer.token_name(id as usize))
+                .collect();
+            vec![decoder_view(model.model(), &ids, names, device)?]
+        }
         other => {
             return Err(TrainError::Config(format!(
-                "{}: model_type {other:?} has no explorer; gpt2 and bert do",
+                "{}: model_type {other:?} has no explorer; gpt2, bert, llama, qwen2, qwen3 and \
+                 mistral do",
                 folder.join(attn_model::hf::CONFIG_FILE).display()
             )));
         }

@@ -10,7 +10,7 @@
 //! numbers. The page inflates them with the browser's own `DecompressionStream`.
 //!
 //! [`from_run`] and [`from_model_folder`] collect the weights of a run folder's model and of a
-//! Hugging Face folder (GPT-2 or BERT); [`page`] writes the file.
+//! Hugging Face folder (GPT-2, BERT, or the Llama family); [`page`] writes the file.
 
 use std::io::Write;
 
