@@ -1,4 +1,4 @@
-//! `attn-train view` end to end: pages of a Hugging Face GPT-2 folder and of a trained
+//! `attn-train view` end to end: pages of Hugging Face GPT-2, BERT and Llama folders and of a trained
 //! translate run, read back from the file, and the refusal to write over a file that is not
 //! such a page; and the weights the explorer collects from GPT-2, BERT, Llama and Mistral
 //! folders against transformers' own attentions.
@@ -36,44 +36,62 @@ fn data(page: &Path) -> serde_json::Value {
 }
 
 #[test]
-fn a_gpt2_folder_gives_one_causal_view_of_its_tokenizers_tokens() {
-    let folder =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf/gpt2_tiny");
-    // The ids transformers' tokenizer gives this text (tokenizer_reference.json).
-    let reference: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(folder.join("tokenizer_reference.json")).expect("reference"),
+fn gpt2_bert_and_llama_folders_give_one_view_of_their_tokenizers_tokens() {
+    let data_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf");
+    for name in ["gpt2_tiny", "bert_tiny", "llama_tiny"] {
+        let folder = data_dir.join(name);
+        // The tokens transformers' tokenizer gives the text, and the model's shape
+        // (view_reference.json).
+        let reference: ViewReference = serde_json::from_str(
+            &std::fs::read_to_string(folder.join("view_reference.json")).expect("reference"),
+        )
+        .expect("JSON");
+        let dir = temp_dir(name);
+        let page = dir.join(format!("{name}.html"));
+        let output = run(&[
+            "view",
+            "--model",
+            path(&folder),
+            "--text",
+            &reference.text,
+            "--out",
+            path(&page),
+        ]);
+        assert!(
+            output.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let data = data(&page);
+        let views = data["views"].as_array().expect("views");
+        assert_eq!(views.len(), 1, "{name}");
+        let view = &views[0];
+        assert_eq!(
+            (view["layers"].as_u64(), view["heads"].as_u64()),
+            (Some(reference.layers as u64), Some(reference.heads as u64)),
+            "{name}"
+        );
+        assert_eq!(
+            view["queries"],
+            serde_json::json!(reference.tokens),
+            "{name}"
+        );
+        assert_eq!(view["queries"], view["keys"], "{name}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+    // BERT's tokens carry its special tokens and word pieces.
+    let bert: ViewReference = serde_json::from_str(
+        &std::fs::read_to_string(data_dir.join("bert_tiny/view_reference.json"))
+            .expect("reference"),
     )
     .expect("JSON");
-    let text = reference["text"].as_str().expect("text");
-    let ids = reference["ids"].as_array().expect("ids").len();
-    let dir = temp_dir("gpt2");
-    let page = dir.join("gpt2.html");
-    let output = run(&[
-        "view",
-        "--model",
-        path(&folder),
-        "--text",
-        text,
-        "--out",
-        path(&page),
-    ]);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let data = data(&page);
-    let views = data["views"].as_array().expect("views");
-    assert_eq!(views.len(), 1);
-    let view = &views[0];
     assert_eq!(
-        (view["layers"].as_u64(), view["heads"].as_u64()),
-        (Some(2), Some(4))
+        (
+            bert.tokens.first().map(String::as_str),
+            bert.tokens.last().map(String::as_str)
+        ),
+        (Some("[CLS]"), Some("[SEP]"))
     );
-    assert_eq!(view["queries"].as_array().map(Vec::len), Some(ids));
-    assert_eq!(view["queries"], view["keys"]);
-    assert_eq!(view["queries"][0], "A");
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
