@@ -56,11 +56,7 @@ pub fn from_run(
     let views = match &model {
         Model::Decoder(decoder) if task.kind == TaskKind::Text => {
             let tokenizer = text::read_run_tokenizer(dir)?;
-            let ids = encode(&tokenizer, text, false)?;
-            let names = ids
-                .iter()
-                .map(|&id| tokenizer.token_name(id as usize))
-                .collect();
+            let (ids, names) = tokens(&tokenizer, text, false)?;
             vec![decoder_view(decoder, &ids, names, device)?]
         }
         Model::Decoder(decoder) => {
@@ -164,23 +160,16 @@ pub fn from_model_folder(
     let ModelType { model_type } = read_config(folder)?;
     let tokenizer = TextTokenizer::read(&folder.join(text::TOKENIZER_FILE))?;
     let title = format!("{model_type} {}: {text:?}", folder.display());
+    // GPT-2's tokenizer adds nothing; BERT's and the Llama family's add their special tokens.
     let views = match model_type.as_str() {
         "gpt2" => {
             let model = Gpt2::from_pretrained(folder, device)?;
-            let ids = encode(&tokenizer, text, false)?;
-            let names = ids
-                .iter()
-                .map(|&id| tokenizer.token_name(id as usize))
-                .collect();
+            let (ids, names) = tokens(&tokenizer, text, false)?;
             vec![decoder_view(model.decoder(), &ids, names, device)?]
         }
         "bert" => {
             let model = Bert::from_pretrained(folder, device)?;
-            let ids = encode(&tokenizer, text, true)?;
-            let names: Vec<String> = ids
-                .iter()
-                .map(|&id| tokenizer.token_name(id as usize))
-                .collect();
+            let (ids, names) = tokens(&tokenizer, text, true)?;
             let layers = model
                 .attentions(one(&ids, device))?
                 .into_iter()
@@ -191,11 +180,7 @@ pub fn from_model_folder(
         }
         other if Architecture::from_model_type(other).is_ok() => {
             let model = CausalLm::from_pretrained(folder, device)?;
-            let ids = encode(&tokenizer, text, true)?;
-            let names = ids
-                .iter()
-                .map(|&id| tokenizer.token_name(id as usize))
-                .collect();
+            let (ids, names) = tokens(&tokenizer, text, true)?;
             vec![decoder_view(model.model(), &ids, names, device)?]
         }
         other => {
@@ -245,6 +230,20 @@ fn view(
     let keys = keys.unwrap_or_else(|| queries.clone());
     AttentionView::new(name, label, queries, keys, heads, layers)
         .map_err(|e| TrainError::Config(e.to_string()))
+}
+
+/// The ids of `text` (at least one) and their tokens' names.
+fn tokens(
+    tokenizer: &TextTokenizer,
+    text: &str,
+    special_tokens: bool,
+) -> Result<(Vec<i64>, Vec<String>), TrainError> {
+    let ids = encode(tokenizer, text, special_tokens)?;
+    let names = ids
+        .iter()
+        .map(|&id| tokenizer.token_name(id as usize))
+        .collect();
+    Ok((ids, names))
 }
 
 /// The ids of `text`; at least one.
