@@ -1,9 +1,10 @@
-//! LayerNorm's row loops on plain slices, forward and backward, the rows split among rayon's
-//! threads.
+//! LayerNorm's row loops on plain slices, forward and backward, and RMSNorm's forward, the rows
+//! split among rayon's threads.
 //!
 //! ```text
-//! μ = mean(x)      r = 1 / √(mean((x − μ)²) + ε)      x̂ = (x − μ) · r
-//! y = γ ∘ x̂ + β
+//! LayerNorm:  μ = mean(x)      r = 1 / √(mean((x − μ)²) + ε)      x̂ = (x − μ) · r
+//!             y = γ ∘ x̂ + β
+//! RMSNorm:    r = 1 / √(mean(x²) + ε)                             y = γ ∘ (x · r)
 //! ```
 //!
 //! Each sum runs over [`LANES`] partial sums, an order the compiler keeps in vector registers
@@ -77,6 +78,37 @@ pub fn layer_norm(
             }
         });
     (y, mean, rstd)
+}
+
+/// RMSNorm of the rows of `x`, `gamma.len()` values each: `y = γ ∘ (x · r)` with
+/// `r = 1 / √(mean(x²) + ε)`, in the order transformers' `LlamaRMSNorm` computes it in `f32`.
+///
+/// # Shapes
+/// - `x`, `y`: `[rows, d]`, row-major
+/// - `gamma`: `[d]`
+///
+/// # Panics
+/// When `x` is not a whole number of rows of `gamma.len()` values.
+pub fn rms_norm(x: &[f32], gamma: &[f32], epsilon: f32) -> Vec<f32> {
+    let d = gamma.len();
+    assert!(
+        d > 0 && x.len().is_multiple_of(d),
+        "x holds {} values, not rows of {d}",
+        x.len()
+    );
+    let mut y = vec![0.0; x.len()];
+    let task = rows_per_task(d);
+    y.par_chunks_mut(task * d)
+        .zip(x.par_chunks(task * d))
+        .for_each(|(y, x)| {
+            for (y, x) in y.chunks_exact_mut(d).zip(x.chunks_exact(d)) {
+                let r = 1.0 / (sum2(x, x, |v, _| v * v) / d as f32 + epsilon).sqrt();
+                for ((y, &x), &g) in y.iter_mut().zip(x).zip(gamma) {
+                    *y = g * (x * r);
+                }
+            }
+        });
+    y
 }
 
 /// `(dx, dgamma, dbeta)` of `Σ y ∘ dy`, given the forward's `mean` and `rstd`:
@@ -156,6 +188,29 @@ mod tests {
 
     fn f32s(v: &[f64]) -> Vec<f32> {
         v.iter().map(|&x| x as f32).collect()
+    }
+
+    /// RMSNorm against the `f64` definition, on rows shorter and longer than [`LANES`], one
+    /// row (a decoding step's) and enough rows to split among tasks.
+    #[test]
+    fn rms_norm_matches_the_definition() {
+        let mut rng = SeededRng::new(23);
+        for (n_rows, d) in [(1, 5), (1, 576), (7, 16), (2, 37), (600, 40)] {
+            let mut draw = |n: usize| -> Vec<f64> {
+                (0..n).map(|_| f64::from(rng.unit()) * 4.0 - 2.0).collect()
+            };
+            let (x, gamma) = (draw(n_rows * d), draw(d));
+            let eps = 1e-6;
+            let y = rms_norm(&f32s(&x), &f32s(&gamma), eps as f32);
+            let want = crate::oracle::rms_norm(&x, &gamma, eps);
+            assert_close_slices(&y, &f32s(&want), 1e-5, 1e-5, &format!("[{n_rows}, {d}]"));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "x holds 7 values, not rows of 3")]
+    fn rms_norm_refuses_a_partial_row() {
+        rms_norm(&[0.0; 7], &[1.0; 3], 1e-6);
     }
 
     /// Both passes against the `f64` definitions, on rows shorter and longer than [`LANES`]

@@ -15,8 +15,9 @@
 //!   split along the keys so that every core has work;
 //! - [`gelu`] and [`gelu_backward`]: GELU, exact or GPT-2's tanh form, one pass on every core;
 //! - [`silu_mul`]: SwiGLU's `silu(gate) · up`, one pass on every core;
-//! - [`layer_norm`] and [`layer_norm_backward`]: LayerNorm's row loops, rows split among the
-//!   threads;
+//! - [`layer_norm`] and [`layer_norm_backward`]: LayerNorm's row loops, and [`rms_norm`]:
+//!   RMSNorm's, rows split among the threads;
+//! - [`rotate`]: rotary positions applied to rows of queries or keys, one pass;
 //! - [`products`]: matrix products on strided views through `gemm`, each output written once;
 //! - [`half`]: `x · Wᵀ` with `bfloat16` weights widened in registers, for decoding a
 //!   half-precision model;
@@ -36,7 +37,8 @@
 //! ```text
 //! forward.rs, backward.rs, decode.rs  the attention passes (one Pass each)
 //! activation.rs                       element-wise passes (GELU and its backward, SwiGLU's gate)
-//! layer_norm.rs                       LayerNorm's row loops
+//! layer_norm.rs                       LayerNorm's and RMSNorm's row loops
+//! rotary.rs                           rotary positions on rows
 //! products.rs                         matrix products through gemm (Matrix, product)
 //! half.rs                             products with bfloat16 weights (Bf16Rows, linear_bf16)
 //! adam.rs                             Adam's element loop (AdamStep)
@@ -79,6 +81,7 @@ pub mod oracle;
 mod portable;
 mod problem;
 pub mod products;
+mod rotary;
 mod simd;
 #[cfg(test)]
 mod testing;
@@ -89,8 +92,9 @@ pub use adam::{AdamStep, AdamWStep};
 pub use backward::{Gradients, attention_backward};
 pub use decode::{DECODE_MAX_QUERIES, attention as decode_attention};
 pub use forward::attention;
-pub use layer_norm::{layer_norm, layer_norm_backward};
+pub use layer_norm::{layer_norm, layer_norm_backward, rms_norm};
 pub use problem::{Broadcast, HeadRows, Problem, Rows};
+pub use rotary::rotate;
 pub use tiling::CpuCaches;
 
 /// The README's example, run as a doctest.

@@ -145,6 +145,17 @@ pub fn layer_norm(x: &[f64], gamma: &[f64], beta: &[f64], epsilon: f64) -> Vec<f
         .collect()
 }
 
+/// RMSNorm of each row of `x` (`gamma.len()` values), `γ ∘ x / √(mean(x²) + ε)`.
+pub fn rms_norm(x: &[f64], gamma: &[f64], epsilon: f64) -> Vec<f64> {
+    let d = gamma.len();
+    x.chunks(d)
+        .flat_map(|row| {
+            let r = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / d as f64 + epsilon).sqrt();
+            row.iter().zip(gamma).map(move |(v, g)| v * r * g)
+        })
+        .collect()
+}
+
 /// The gradients `[dx, dgamma, dbeta]` of `Σ layer_norm(x) ∘ dy`, by the chain rule written
 /// out: `dx = r · (g − mean(g) − x̂ · mean(g ∘ x̂))` with `g = dy ∘ γ`.
 pub fn layer_norm_backward(x: &[f64], gamma: &[f64], dy: &[f64], epsilon: f64) -> [Vec<f64>; 3] {

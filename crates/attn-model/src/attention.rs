@@ -405,11 +405,11 @@ impl MultiHeadAttention {
     pub(crate) fn queries(&self, x: Tensor<3>, offset: usize) -> Tensor<4> {
         let q = project_heads(&self.w_q, x, self.n_heads); // [batch, n_heads, seq_len, d_head]
         let q = match &self.q_norm {
-            Some(norm) => norm.forward(q),
+            Some(norm) => crate::ops::rms_norm(q, norm.gamma.val(), norm.epsilon),
             None => q,
         };
         match &self.position {
-            AttentionPosition::Rotary(rotary) => rotary.apply(q, offset),
+            AttentionPosition::Rotary(rotary) => crate::ops::rotary(rotary, q, offset),
             _ => q,
         }
     }
@@ -424,11 +424,11 @@ impl MultiHeadAttention {
         let k = project_heads(&self.w_k, context.clone(), self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
         let v = project_heads(&self.w_v, context, self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
         let k = match &self.k_norm {
-            Some(norm) => norm.forward(k),
+            Some(norm) => crate::ops::rms_norm(k, norm.gamma.val(), norm.epsilon),
             None => k,
         };
         let k = match &self.position {
-            AttentionPosition::Rotary(rotary) => rotary.apply(k, offset),
+            AttentionPosition::Rotary(rotary) => crate::ops::rotary(rotary, k, offset),
             _ => k,
         };
         (k, v)

@@ -113,8 +113,9 @@ impl NormKind {
     }
 }
 
-/// A decoder block's norm: [`LayerNorm`] or burn's [`RmsNorm`] (which computes in f32 whatever
-/// the input's type, as transformers' `LlamaRMSNorm` does).
+/// A decoder block's norm: [`LayerNorm`] or burn's [`RmsNorm`] module, applied through
+/// [`crate::ops::rms_norm`] (which computes in f32 whatever the input's type, as transformers'
+/// `LlamaRMSNorm` does, and in one pass on flex).
 #[derive(Module, Debug)]
 pub enum Norm {
     /// LayerNorm.
@@ -131,7 +132,7 @@ impl Norm {
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         match self {
             Norm::Layer(norm) => norm.forward(x),
-            Norm::Rms(norm) => norm.forward(x),
+            Norm::Rms(norm) => crate::ops::rms_norm(x, norm.gamma.val(), norm.epsilon),
         }
     }
 

@@ -341,8 +341,19 @@ impl TokenDecoder {
         self.head.is_none()
     }
 
-    /// Logits (and weights) of `input`, its blocks attending to `memory` when given.
+    /// Logits (and weights) of `input`, its blocks attending to `memory` when given; on a CPU
+    /// device the whole pass runs on rayon's pool ([`attn_core::backend::on_cpu_pool`]).
     pub(crate) fn run(
+        &self,
+        input: TokenDecoderInput<'_>,
+        memory: TargetMemory<'_>,
+    ) -> Result<TokenDecoderOutput, ModelError> {
+        let device = input.tokens.device();
+        attn_core::backend::on_cpu_pool(&device, || self.run_here(input, memory))
+    }
+
+    /// [`run`](Self::run) on the calling thread.
+    fn run_here(
         &self,
         input: TokenDecoderInput<'_>,
         memory: TargetMemory<'_>,

@@ -242,6 +242,12 @@ impl TokenEncoder {
     /// the wrong shape, [`ModelError::Attention`] when the configured strategy cannot return the
     /// weights asked for.
     pub fn try_forward(&self, input: TokenEncoderInput) -> Result<TokenEncoderOutput, ModelError> {
+        let device = input.tokens.device();
+        attn_core::backend::on_cpu_pool(&device, || self.forward_here(input))
+    }
+
+    /// [`try_forward`](Self::try_forward) on the calling thread.
+    fn forward_here(&self, input: TokenEncoderInput) -> Result<TokenEncoderOutput, ModelError> {
         let TokenEncoderInput {
             tokens,
             padding,

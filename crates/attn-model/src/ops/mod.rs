@@ -1,6 +1,6 @@
 //! The backend operations the layers around attention run on: the projections (`x · W + b`,
-//! [`LinearOps`]), LayerNorm ([`LayerNormOps`]), GELU ([`GeluOps`]: [`gelu`], [`gelu_tanh`]) and
-//! SwiGLU's gate ([`silu_gate`]).
+//! [`LinearOps`]), LayerNorm ([`LayerNormOps`]), GELU ([`GeluOps`]: [`gelu`], [`gelu_tanh`]),
+//! RMSNorm ([`rms_norm`]), rotary positions ([`rotary`]) and SwiGLU's gate ([`silu_gate`]).
 //!
 //! Each is written once as a burn operation: on flex the kernels of `attn-kernels` run it on
 //! the tensors' own storage (a product that writes its output once, LayerNorm's row loops, one
@@ -18,11 +18,15 @@ mod gelu;
 mod layer_norm;
 #[allow(deprecated)]
 mod linear;
+mod rms_norm;
+mod rotary;
 mod silu;
 
 pub use gelu::{GeluForm, GeluOps, gelu, gelu_tanh, gelu_with};
 pub use layer_norm::{LayerNormOps, layer_norm, layer_norm_serves};
 pub use linear::{LinearOps, linear, linear_serves};
+pub use rms_norm::rms_norm;
+pub use rotary::rotary;
 pub use silu::silu_gate;
 
 use attn_core::backend::BackendKind;

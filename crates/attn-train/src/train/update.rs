@@ -48,11 +48,7 @@ pub fn update(
         let (loss_value, grads) = loss_and_gradients(&model, loss_fn, batch, 1.0, device)?;
         Ok((step(model, optim, grads, lr, grad_clip), loss_value))
     };
-    if attn_core::native_serves(device) {
-        rayon::scope(|_| run())
-    } else {
-        run()
-    }
+    attn_core::backend::on_cpu_pool(device, run)
 }
 
 /// One data-parallel update over `devices` (autodiff devices; the first holds `model` and the
@@ -165,12 +161,7 @@ pub fn update_data_parallel(
         }
         results
     };
-    let on_pool = attn_core::native_serves(main);
-    let results = if on_pool {
-        rayon::scope(|_| gather())
-    } else {
-        gather()
-    };
+    let results = attn_core::backend::on_cpu_pool(main, gather);
     let apply = || -> Result<(Model, f64), TrainError> {
         let mut sum = GradientsAccumulator::<Model>::new();
         let mut loss = 0.0;
@@ -182,11 +173,7 @@ pub fn update_data_parallel(
         }
         Ok((step(model, optim, sum.grads(), lr, grad_clip), loss))
     };
-    if on_pool {
-        rayon::scope(|_| apply())
-    } else {
-        apply()
-    }
+    attn_core::backend::on_cpu_pool(main, apply)
 }
 
 /// The loss of `batch` times `weight`, read back to the host, and its gradients.
