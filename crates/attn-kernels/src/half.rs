@@ -103,22 +103,62 @@ pub fn linear_rows<T: Weight>(
     w: &Rows<'_, T>,
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
-    check_operands(x, rows, w, bias);
+    let mut ys = linear_rows_many(x, rows, &[(*w, bias)]);
+    ys.pop().unwrap_or_default()
+}
+
+/// [`linear_rows`] for several products of the same rows of `x` at once (a layer's queries,
+/// keys and values; SwiGLU's gate and expansion): one split of all their outputs among the
+/// threads, so that the threads meet once for all of them and the small products share the
+/// large ones' tasks. Returns each product's `y = x · Wᵀ + bias`, `[rows, d_output]`, in order.
+///
+/// # Panics
+/// As [`linear_rows`], for any of the products.
+pub fn linear_rows_many<T: Weight>(
+    x: &[f32],
+    rows: usize,
+    products: &[(Rows<'_, T>, Option<&[f32]>)],
+) -> Vec<Vec<f32>> {
+    for (w, bias) in products {
+        check_operands(x, rows, w, *bias);
+    }
     // Outputs first: each task reads its rows of W once for every row of x.
-    let mut by_output = vec![0f32; w.d_output * rows]; // [d_output, rows]
-    by_output
-        .par_chunks_mut(OUTPUTS * rows.max(1))
-        .enumerate()
-        .for_each(|(task, out)| {
-            let first = task * OUTPUTS;
-            Instructions::Best.run(Dots {
-                x,
-                rows,
-                w,
-                first,
-                out,
-            });
+    let mut by_output: Vec<Vec<f32>> = products
+        .iter()
+        .map(|(w, _)| vec![0f32; w.d_output * rows]) // [d_output, rows]
+        .collect();
+    let tasks: Vec<(&Rows<'_, T>, usize, &mut [f32])> = by_output
+        .iter_mut()
+        .zip(products)
+        .flat_map(|(out, (w, _))| {
+            out.chunks_mut(OUTPUTS * rows.max(1))
+                .enumerate()
+                .map(move |(task, out)| (w, task * OUTPUTS, out))
+        })
+        .collect();
+    tasks.into_par_iter().for_each(|(w, first, out)| {
+        Instructions::Best.run(Dots {
+            x,
+            rows,
+            w,
+            first,
+            out,
         });
+    });
+    by_output
+        .into_iter()
+        .zip(products)
+        .map(|(by_output, (w, bias))| by_rows(by_output, rows, w.d_output, *bias))
+        .collect()
+}
+
+/// `[d_output, rows]` products as `[rows, d_output]`, the bias added.
+fn by_rows(
+    mut by_output: Vec<f32>,
+    rows: usize,
+    d_output: usize,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
     if rows == 1 {
         // [d_output, 1] is already [1, d_output].
         if let Some(b) = bias {
@@ -128,11 +168,11 @@ pub fn linear_rows<T: Weight>(
         }
         return by_output;
     }
-    let mut y = vec![0f32; rows * w.d_output];
+    let mut y = vec![0f32; rows * d_output];
     for (j, column) in by_output.chunks_exact(rows.max(1)).enumerate() {
         let b = bias.map_or(0.0, |b| b[j]);
         for (r, value) in column.iter().enumerate() {
-            y[r * w.d_output + j] = value + b;
+            y[r * d_output + j] = value + b;
         }
     }
     y
@@ -277,6 +317,55 @@ mod tests {
             };
             let y = linear_bf16(&x, rows, &w, Some(&bias));
             assert_f64_sums(&x, rows, &w, &bias, &y);
+        }
+    }
+
+    /// Several products of the same rows at once, of different widths (one narrower than a
+    /// task, one not a whole number of tasks), with and without a bias: each against its
+    /// `f64` sums.
+    #[test]
+    fn many_products_at_once_match_their_f64_sums() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for rows in [1, 3] {
+            let d_input = 96;
+            let widths = [200, 40, 64];
+            let stores: Vec<Vec<u16>> = widths
+                .iter()
+                .map(|&d_output| {
+                    (0..d_output * d_input)
+                        .map(|_| to_bf16(rng.random_range(-1.0f32..1.0)))
+                        .collect()
+                })
+                .collect();
+            let x: Vec<f32> = (0..rows * d_input)
+                .map(|_| rng.random_range(-1.0f32..1.0))
+                .collect();
+            let biases: Vec<Vec<f32>> = widths
+                .iter()
+                .map(|&d| (0..d).map(|j| j as f32 * 0.02 - 0.5).collect())
+                .collect();
+            let products: Vec<(Bf16Rows<'_>, Option<&[f32]>)> = stores
+                .iter()
+                .zip(&widths)
+                .zip(&biases)
+                .enumerate()
+                .map(|(i, ((values, &d_output), bias))| {
+                    let w = Bf16Rows {
+                        values,
+                        offset: 0,
+                        d_output,
+                        d_input,
+                        row: d_input,
+                    };
+                    (w, (i != 1).then_some(bias.as_slice()))
+                })
+                .collect();
+            let ys = linear_rows_many(&x, rows, &products);
+            assert_eq!(ys.len(), 3);
+            for ((y, (w, bias)), &d_output) in ys.iter().zip(&products).zip(&widths) {
+                let zeros = vec![0.0; d_output];
+                assert_f64_sums(&x, rows, w, bias.unwrap_or(&zeros), y);
+            }
         }
     }
 

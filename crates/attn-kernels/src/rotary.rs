@@ -29,7 +29,10 @@ pub fn rotate(
     d_head: usize,
     half_split: bool,
 ) -> Vec<f32> {
-    assert!(d_head > 0 && d_head.is_multiple_of(2), "d_head {d_head} is not even");
+    assert!(
+        d_head > 0 && d_head.is_multiple_of(2),
+        "d_head {d_head} is not even"
+    );
     assert!(
         cos.len() == seq_len * d_head && sin.len() == seq_len * d_head,
         "cos and sin hold {} and {} values, not [{seq_len}, {d_head}]",

@@ -403,7 +403,46 @@ impl MultiHeadAttention {
     /// - `x`: `[batch, seq_len, d_model]`
     /// - returns: `[batch, n_heads, seq_len, d_head]`
     pub(crate) fn queries(&self, x: Tensor<3>, offset: usize) -> Tensor<4> {
-        let q = project_heads(&self.w_q, x, self.n_heads); // [batch, n_heads, seq_len, d_head]
+        self.queries_from(project(&self.w_q, x), offset)
+    }
+
+    /// Keys and values split into heads, keys rotated as positions `offset..offset + seq_len`
+    /// when the scheme is rotary: what a key/value cache stores.
+    ///
+    /// # Shapes
+    /// - `context`: `[batch, seq_len, d_context]`
+    /// - returns: two `[batch, n_kv_heads, seq_len, d_head]`
+    pub(crate) fn keys_values(&self, context: Tensor<3>, offset: usize) -> (Tensor<4>, Tensor<4>) {
+        let k = project(&self.w_k, context.clone()); // [batch, seq_len, n_kv_heads · d_head]
+        let v = project(&self.w_v, context); // [batch, seq_len, n_kv_heads · d_head]
+        self.keys_values_from(k, v, offset)
+    }
+
+    /// [`queries`](Self::queries) and [`keys_values`](Self::keys_values) of one `x` (a
+    /// self-attention step), the three projections made together ([`crate::ops::linears`]:
+    /// one split among the threads for a decoding step's row).
+    ///
+    /// # Shapes
+    /// - `x`: `[batch, seq_len, d_model]`
+    /// - returns: `[batch, n_heads, seq_len, d_head]` and two `[batch, n_kv_heads, seq_len, d_head]`
+    pub(crate) fn queries_keys_values(
+        &self,
+        x: Tensor<3>,
+        offset: usize,
+    ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        let mut qkv = crate::project::project_many(&[&self.w_q, &self.w_k, &self.w_v], x);
+        let (v, k, q) = (qkv.pop(), qkv.pop(), qkv.pop());
+        let (Some(q), Some(k), Some(v)) = (q, k, v) else {
+            unreachable!("three projections give three outputs")
+        };
+        let (k, v) = self.keys_values_from(k, v, offset);
+        (self.queries_from(q, offset), k, v)
+    }
+
+    /// Projected queries `[batch, seq_len, n_heads · d_head]` split into heads, normed and
+    /// rotated.
+    fn queries_from(&self, q: Tensor<3>, offset: usize) -> Tensor<4> {
+        let q = split_heads(q, self.n_heads); // [batch, n_heads, seq_len, d_head]
         let q = match &self.q_norm {
             Some(norm) => crate::ops::rms_norm(q, norm.gamma.val(), norm.epsilon),
             None => q,
@@ -414,15 +453,16 @@ impl MultiHeadAttention {
         }
     }
 
-    /// Keys and values split into heads, keys rotated as positions `offset..offset + seq_len`
-    /// when the scheme is rotary: what a key/value cache stores.
-    ///
-    /// # Shapes
-    /// - `context`: `[batch, seq_len, d_context]`
-    /// - returns: two `[batch, n_kv_heads, seq_len, d_head]`
-    pub(crate) fn keys_values(&self, context: Tensor<3>, offset: usize) -> (Tensor<4>, Tensor<4>) {
-        let k = project_heads(&self.w_k, context.clone(), self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
-        let v = project_heads(&self.w_v, context, self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
+    /// Projected keys and values `[batch, seq_len, n_kv_heads · d_head]` split into heads, the
+    /// keys normed and rotated.
+    fn keys_values_from(
+        &self,
+        k: Tensor<3>,
+        v: Tensor<3>,
+        offset: usize,
+    ) -> (Tensor<4>, Tensor<4>) {
+        let k = split_heads(k, self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
+        let v = split_heads(v, self.n_kv_heads); // [batch, n_kv_heads, seq_len, d_head]
         let k = match &self.k_norm {
             Some(norm) => crate::ops::rms_norm(k, norm.gamma.val(), norm.epsilon),
             None => k,
@@ -553,15 +593,6 @@ impl MultiHeadAttention {
         }
         Ok(())
     }
-}
-
-/// Projects `x` and cuts the result into `n_heads` heads.
-///
-/// # Shapes
-/// - `x`: `[batch, seq_len, d_input]`
-/// - returns: `[batch, n_heads, seq_len, d_output / n_heads]`
-fn project_heads(linear: &Linear, x: Tensor<3>, n_heads: usize) -> Tensor<4> {
-    split_heads(project(linear, x), n_heads) // [batch, n_heads, seq_len, d_head]
 }
 
 /// One mask from a key padding mask and a per-query mask (`true` = not attended).

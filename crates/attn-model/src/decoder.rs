@@ -422,8 +422,8 @@ impl DecoderBlock {
     ) -> Result<Tensor<3>, ModelError> {
         let attention = &self.self_attention;
         let (x, ()) = self.residual.apply(x, &self.norm_self, |x| {
-            let q = attention.queries(x.clone(), plan.offset); // [batch, n_heads, seq_len, d_head]
-            let (k, v) = attention.keys_values(x, plan.offset); // [batch, n_kv_heads, seq_len, d_head]
+            // q: [batch, n_heads, seq_len, d_head]; k, v: [batch, n_kv_heads, seq_len, d_head]
+            let (q, k, v) = attention.queries_keys_values(x, plan.offset);
             let (k, v) = kv.append(k, v, plan); // [batch, n_kv_heads, seq_len_kv, d_head]
             let out =
                 attention.try_attend(q, k, v, plan.mask.clone(), plan.causal, plan.bias.clone())?;

@@ -161,7 +161,12 @@ impl FeedForward {
         );
         let hidden = match &self.gate {
             Some(gate) if self.activation == Activation::Silu => {
-                crate::ops::silu_gate(project(gate, x.clone()), project(&self.expand, x))
+                let mut gate_up = crate::project::project_many(&[gate, &self.expand], x);
+                let (up, gate) = (gate_up.pop(), gate_up.pop());
+                let (Some(gate), Some(up)) = (gate, up) else {
+                    unreachable!("two projections give two outputs")
+                };
+                crate::ops::silu_gate(gate, up)
             }
             Some(gate) => {
                 self.activation.apply(project(gate, x.clone())) * project(&self.expand, x)

@@ -99,6 +99,34 @@ pub fn linear<const D: usize>(
     })
 }
 
+/// [`linear`] of one `x` by several weights, in order: a layer's queries, keys and values, or
+/// SwiGLU's gate and expansion. On flex, for inference, when `x` holds at most a few rows (a
+/// decoding step) and every weight is stored as rows (a loaded checkpoint's `Linear`), all `f32`
+/// or all `bfloat16`, the outputs of all the products are split among the threads at once
+/// (`attn_kernels::half::linear_rows_many`), so that the threads meet once for all of them and
+/// the small products ride on the large ones' tasks. Elsewhere, one [`linear`] each.
+///
+/// # Shapes
+/// - `x`: `[..., d_input]`
+/// - each weight: `[d_input, d_output_i]`, its bias `[d_output_i]`
+/// - returns: one `[..., d_output_i]` for each
+///
+/// # Panics
+/// As [`linear`], for any of the products.
+pub fn linears<const D: usize>(
+    x: Tensor<D>,
+    products: &[(Tensor<2>, Option<Tensor<1>>)],
+) -> Vec<Tensor<D>> {
+    #[cfg(feature = "flex")]
+    if let Some(ys) = flex::few_rows_many(&x, products) {
+        return ys;
+    }
+    products
+        .iter()
+        .map(|(weight, bias)| linear(x.clone(), weight.clone(), bias.clone()))
+        .collect()
+}
+
 /// Whether [`linear`] runs [`LinearOps`] on `device`: flex, with or without autodiff, when
 /// compiled in. (The operation is implemented for ndarray and the CubeCL backends too, as
 /// burn's own `linear` ops, so that the dispatch covers every backend; [`linear`] sends those
@@ -513,6 +541,70 @@ mod products {
         Some(tensor(y, with_last(x.shape(), d_output)))
     }
 
+    /// `weight` (stored as rows, [`is_rows_view`]) as [`attn_kernels::half::Rows`] over
+    /// `values`, its storage seen as `T`.
+    fn rows_of<'a, T>(weight: &FlexTensor, values: &'a [T]) -> attn_kernels::half::Rows<'a, T> {
+        let layout = weight.layout();
+        attn_kernels::half::Rows {
+            values,
+            offset: layout.start_offset(),
+            d_output: weight.shape()[1],
+            d_input: weight.shape()[0],
+            row: layout.strides()[1].unsigned_abs(),
+        }
+    }
+
+    /// `x · W_i + b_i` for each of `products`, in one split of all their outputs among the
+    /// threads ([`attn_kernels::half::linear_rows_many`]): at most [`HALF_ROWS`] rows of `f32`
+    /// `x`, every weight stored as rows ([`is_rows_view`]), all `f32` or all `bfloat16`, `f32`
+    /// biases. Each output's values, `[rows, d_output_i]`; `None` for any other call.
+    pub(super) fn few_rows_many(
+        x: &FlexTensor,
+        products: &[(FlexTensor, Option<FlexTensor>)],
+    ) -> Option<Vec<Vec<f32>>> {
+        let shape = x.shape();
+        let d_input = shape.as_slice().last().copied()?;
+        let rows = shape.num_elements().checked_div(d_input)?;
+        let dtype = products.first()?.0.dtype();
+        let fits = x.dtype() == DType::F32
+            && rows <= HALF_ROWS
+            && matches!(dtype, DType::F32 | DType::BF16)
+            && products.iter().all(|(w, b)| {
+                w.dtype() == dtype
+                    && w.shape().num_dims() == 2
+                    && w.shape()[0] == d_input
+                    && is_rows_view(w)
+                    && b.as_ref().is_none_or(|b| {
+                        b.dtype() == DType::F32 && b.shape().as_slice() == [w.shape()[1]]
+                    })
+            });
+        if !fits {
+            return None;
+        }
+        let x = flex_floats(x);
+        let biases: Vec<Option<Cow<'_, [f32]>>> = products
+            .iter()
+            .map(|(_, b)| b.as_ref().map(flex_floats))
+            .collect();
+        let biases = biases.iter().map(|b| b.as_deref());
+        Some(if dtype == DType::BF16 {
+            use half::slice::HalfFloatSliceExt;
+            let products: Vec<_> = products
+                .iter()
+                .map(|(w, _)| rows_of(w, w.storage::<half::bf16>().reinterpret_cast()))
+                .zip(biases)
+                .collect();
+            attn_kernels::half::linear_rows_many(&x, rows, &products)
+        } else {
+            let products: Vec<_> = products
+                .iter()
+                .map(|(w, _)| rows_of(w, w.storage::<f32>()))
+                .zip(biases)
+                .collect();
+            attn_kernels::half::linear_rows_many(&x, rows, &products)
+        })
+    }
+
     /// `x · weight + bias`, or `None` when an operand is not `f32` (a `bfloat16` weight with
     /// `f32` `x` is served too: [`forward_bf16`]).
     pub(super) fn forward(
@@ -585,6 +677,41 @@ mod flex {
                 .all(|t| t == DType::F32)
             && super::super::is_flex_inference(x)
             && !stored_as_rows(weight)
+    }
+
+    /// [`super::linears`]' shared split, or `None` when the call is not one
+    /// [`super::products::few_rows_many`] serves (or there is one product alone).
+    pub(super) fn few_rows_many<const D: usize>(
+        x: &Tensor<D>,
+        products: &[(Tensor<2>, Option<Tensor<1>>)],
+    ) -> Option<Vec<Tensor<D>>> {
+        if products.len() < 2 || !super::super::is_flex_inference(x) {
+            return None;
+        }
+        let flex = |t: Tensor<2>| t.try_into_primitive::<burn::backend::Flex>().ok();
+        let operands = products
+            .iter()
+            .map(|(w, b)| {
+                let bias = match b {
+                    Some(b) => Some(b.clone().try_into_primitive::<burn::backend::Flex>().ok()?),
+                    None => None,
+                };
+                Some((flex(w.clone())?, bias))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let values = x.clone().try_into_primitive::<burn::backend::Flex>().ok()?;
+        let ys = super::products::few_rows_many(&values, &operands)?;
+        let device = x.device();
+        Some(
+            ys.into_iter()
+                .zip(products)
+                .map(|(y, (w, _))| {
+                    let mut dims = x.dims();
+                    dims[D - 1] = w.dims()[1];
+                    Tensor::from_data(burn::tensor::TensorData::new(y, dims), &device)
+                })
+                .collect(),
+        )
     }
 
     /// Whether `weight` is a flex tensor stored as rows, which `products` multiplies by one
@@ -689,6 +816,58 @@ mod tests {
                 let rows = Tensor::cat(vec![x.clone() * 2.0, x.clone()], 1); // [1, 2, d_input]
                 let both = linear(rows, w.clone(), Some(b.clone())).narrow(1, 1, 1);
                 assert_close_slices(&to_vec(both), &expected, 1e-4, 1e-5, &what);
+            }
+        });
+    }
+
+    /// Several weights at once ([`linears`]), stored as `[d_output, d_input]` as a checkpoint's
+    /// are, in `f32` and in `bfloat16`, one row and three, with and without biases, with and
+    /// without autodiff: each output against its definition in `f64` (over the weights as
+    /// stored, rounded to `bfloat16` where they are).
+    #[test]
+    fn several_weights_at_once_equal_their_definitions() {
+        for_each_device(|test| {
+            let mut rng = SeededRng::new(21);
+            let d_input = 72;
+            let widths = [200, 24, 24];
+            for device in [test.device.clone(), test.device.clone().autodiff()] {
+                for dtype in [DType::F32, DType::BF16] {
+                    if !device.supports_dtype(dtype) {
+                        continue;
+                    }
+                    for rows in [1, 3] {
+                        let x = rng.tensor::<3>([1, rows, d_input], &device);
+                        let mut products = Vec::new();
+                        let mut expected = Vec::new();
+                        for (i, &d_output) in widths.iter().enumerate() {
+                            let stored = rng.tensor::<2>([d_output, d_input], &device).cast(dtype);
+                            let b = rng.tensor::<1>([d_output], &device);
+                            let w = stored.clone().cast(DType::F32).transpose(); // [d_input, d_output]
+                            let (wv, bv) = (to_vec(w), to_vec(b.clone()));
+                            let xv = to_vec(x.clone());
+                            let with_bias = i != 1;
+                            let zeros = vec![0.0; d_output];
+                            let bias_values = if with_bias { &bv } else { &zeros };
+                            let want: Vec<f32> = xv
+                                .chunks(d_input)
+                                .flat_map(|row| reference(row, &wv, bias_values, d_input, d_output))
+                                .collect();
+                            expected.push(want);
+                            products.push((stored.transpose(), with_bias.then_some(b)));
+                        }
+                        let ys = linears(x.clone(), &products);
+                        assert_eq!(ys.len(), widths.len());
+                        for ((y, want), &d_output) in ys.into_iter().zip(&expected).zip(&widths) {
+                            assert_eq!(y.dims(), [1, rows, d_output]);
+                            let what = format!(
+                                "{}: {dtype:?}, {rows} rows, d_output {d_output}, autodiff {}",
+                                test.name,
+                                device.is_autodiff()
+                            );
+                            assert_close_slices(&to_vec(y), want, 1e-4, 1e-5, &what);
+                        }
+                    }
+                }
             }
         });
     }
