@@ -1,7 +1,7 @@
 //! A Hugging Face folder (GPT-2, or Llama, Qwen2, Qwen3 and Mistral), timed as transformers
 //! times it in `benches/peers/hf_gpt2.py` and `benches/peers/hf_llama.py`: the prompt processed
 //! once (`hf_<model_type>_prefill`), then one new token at a time against the key/value cache
-//! (`hf_<model_type>_decode`).
+//! (`hf_<model_type>_decode`), at contexts `prompt .. prompt + 15` as the peers time it.
 //!
 //! ```text
 //! /root/peers/bin/python benches/peers/hf_gpt2.py --write /tmp/gpt2-small
@@ -16,7 +16,7 @@
 //!
 //! Decoding one token reads every weight once, so its speed is bounded by the memory's
 //! bandwidth: [`MemoryWall`] sets the decode time against `bytes of weights ÷ bandwidth`, the
-//! bandwidth measured by [`crate::machine::read_bandwidth`].
+//! steps and the reads of the memory ([`crate::machine::ReadBuffer`]) timed in turn.
 
 use std::path::Path;
 
@@ -30,12 +30,13 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::cases::{Pass, SEED, Step, finish};
-use crate::record::Record;
+use crate::record::{Record, median};
 use crate::timing::{Budget, measure};
 
-/// Tokens the decode case adds to the prompt's cache before it processes the prompt again
-/// (fewer where the model's positions end sooner).
-const HEADROOM: usize = 256;
+/// Tokens the decode case adds to the prompt's cache before it truncates the cache back to
+/// the prompt ([`KvCache::truncate`]), as `hf_llama.py` crops transformers' `DynamicCache`
+/// after its 16 `--decode-tokens`: both time steps at contexts `prompt .. prompt + 15`.
+pub const DECODE_TOKENS: usize = 16;
 
 /// `config.json`'s `model_type`, the one field every folder has.
 #[derive(Deserialize)]
@@ -92,6 +93,27 @@ fn load(folder: &Path, model_type: &str, device: &Device, dtype: DType) -> Resul
     })
 }
 
+/// What [`folder_records`] measured, with the model and the decoding step it timed.
+pub struct FolderRun {
+    /// The prefill and decode lines.
+    pub records: Vec<Record>,
+    /// The model timed.
+    pub model: TokenDecoder,
+    /// Its load.
+    pub load: Load,
+    /// One decoding step, as the decode line timed it ([`MemoryWall::measure`] times more).
+    pub decode: Step,
+}
+
+impl std::fmt::Debug for FolderRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FolderRun")
+            .field("records", &self.records)
+            .field("load", &self.load)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The prefill and decode lines of the model folder at `folder` on `device`, for a prompt of
 /// `prompt_len` seeded token ids, and the model they timed.
 ///
@@ -105,7 +127,7 @@ pub fn folder_records(
     prompt_len: usize,
     dtype: DType,
     budget: &Budget,
-) -> Result<(Vec<Record>, TokenDecoder, Load)> {
+) -> Result<FolderRun> {
     if prompt_len == 0 {
         bail!("a prompt needs at least one token, got 0");
     }
@@ -115,7 +137,7 @@ pub fn folder_records(
         n_heads,
         d_head,
     } = shape(folder)?;
-    let mut capacity = prompt_len.saturating_add(HEADROOM);
+    let mut capacity = prompt_len.saturating_add(DECODE_TOKENS);
     if let Some(positions) = positions {
         if prompt_len >= positions {
             bail!(
@@ -151,20 +173,24 @@ pub fn folder_records(
         }
     };
 
-    let prefill_step: Step = {
+    let mut prefill_step: Step = {
         let (prefill, device) = (prefill.clone(), device.clone());
         Box::new(move || {
             let (_, logits) = prefill()?;
             finish(&device, logits)
         })
     };
-    let decode_step: Step = {
+    let mut decode_step: Step = {
         let device = device.clone();
         let mut cache: Option<KvCache> = None;
         Box::new(move || {
             let mut current = match cache.take() {
                 Some(c) if c.filled() < capacity => c,
-                _ => prefill()?.0,
+                Some(mut c) => {
+                    c.truncate(prompt_len)?;
+                    c
+                }
+                None => prefill()?.0,
             };
             let logits = timed
                 .try_forward(TokenDecoderInput::new(token.clone()).with_cache(&mut current))?
@@ -180,9 +206,12 @@ pub fn folder_records(
         other => format!("_{}", format!("{other:?}").to_lowercase()),
     };
     let mut records = Vec::new();
-    for (name, mut step) in [
-        (format!("hf_{model_type}{suffix}_prefill"), prefill_step),
-        (format!("hf_{model_type}{suffix}_decode"), decode_step),
+    for (name, step) in [
+        (
+            format!("hf_{model_type}{suffix}_prefill"),
+            &mut prefill_step,
+        ),
+        (format!("hf_{model_type}{suffix}_decode"), &mut decode_step),
     ] {
         let record = Record::named(
             "attn",
@@ -191,7 +220,7 @@ pub fn folder_records(
             device_name,
             [1, n_heads, prompt_len, d_head],
         );
-        records.push(match measure(&mut step, budget) {
+        records.push(match measure(step, budget) {
             Ok(times) => record.with_times_only(&times),
             Err(e) => Record {
                 error: Some(format!("{e:#}")),
@@ -199,7 +228,12 @@ pub fn folder_records(
             },
         });
     }
-    Ok((records, model, loaded))
+    Ok(FolderRun {
+        records,
+        model,
+        load: loaded,
+        decode: decode_step,
+    })
 }
 
 /// Loading the folder: its time, and the process's resident memory against the weights'
@@ -266,9 +300,17 @@ impl Load {
     }
 }
 
+/// Rounds of [`MemoryWall::measure`]: each times [`DECODE_TOKENS`] decoding steps, then one
+/// read of the memory.
+pub const WALL_ROUNDS: usize = 9;
+
 /// Decoding against the memory's bandwidth: one token reads every weight once (the embedding
 /// table only as the tied head, or not at all when the head is its own matrix), so it takes at
 /// least `weight_bytes / bandwidth`.
+///
+/// Decoding steps and reads of the memory are timed in turn, in the same seconds, and the
+/// fraction compares their medians: on a machine whose neighbours take a varying share of the
+/// memory, both then see the same share. The best read is kept beside it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MemoryWall {
     /// Always `"memory_wall"`, telling the line from the bench's records.
@@ -277,49 +319,88 @@ pub struct MemoryWall {
     pub cpu: String,
     /// Bytes of weights one decoding step reads.
     pub weight_bytes: u64,
-    /// The machine's read bandwidth in GB/s ([`crate::machine::read_bandwidth`]).
+    /// The median read bandwidth in GB/s ([`crate::machine::ReadBuffer::pass`]).
     pub bandwidth_gb_s: f64,
+    /// The best read bandwidth in GB/s.
+    pub best_read_gb_s: f64,
+    /// Reads timed.
+    pub reads: usize,
     /// `weight_bytes / bandwidth`, in milliseconds: the fastest a step can be.
     pub bound_ms: f64,
-    /// The median decoding step measured, in milliseconds.
+    /// The median decoding step, in milliseconds.
     pub decode_ms: f64,
-    /// `bound_ms / decode_ms`: the fraction of the bandwidth decoding reaches.
+    /// Decoding steps timed.
+    pub decode_steps: usize,
+    /// `bound_ms / decode_ms`: the fraction of the median read's bandwidth decoding reaches.
     pub fraction: f64,
+    /// The fraction of the best read's bandwidth.
+    pub fraction_of_best: f64,
 }
 
 impl MemoryWall {
-    /// The wall for `model`, whose decoding step took `decode_ms`, on a machine reading
-    /// `bandwidth_gb_s`.
-    pub fn new(model: &TokenDecoder, decode_ms: f64, bandwidth_gb_s: f64) -> Self {
+    /// Times `rounds` of [`DECODE_TOKENS`] steps of `decode` (a step of `model`), each followed
+    /// by one read of a [`crate::machine::ReadBuffer`].
+    ///
+    /// # Errors
+    /// When a step fails.
+    pub fn measure(model: &TokenDecoder, decode: &mut Step, rounds: usize) -> Result<Self> {
+        let buffer = crate::machine::ReadBuffer::new();
+        let (mut steps, mut reads) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            for _ in 0..DECODE_TOKENS {
+                let clock = std::time::Instant::now();
+                decode()?;
+                steps.push(clock.elapsed().as_secs_f64() * 1e3);
+            }
+            reads.push(buffer.pass());
+        }
+        Ok(Self::new(model, &steps, &reads))
+    }
+
+    /// The wall for `model`, from decoding steps of `decode_ms` each and reads of
+    /// `reads_gb_s` each (neither empty).
+    pub fn new(model: &TokenDecoder, decode_ms: &[f64], reads_gb_s: &[f64]) -> Self {
         let mut held = HeldBytes {
             table: (!model.ties_embeddings()).then(|| [model.vocab(), model.decoder().d_model()]),
             bytes: 0,
         };
         model.visit(&mut held);
         let weight_bytes = held.bytes;
-        let bound_ms = weight_bytes as f64 / (bandwidth_gb_s * 1e9) * 1e3;
+        let bound = |gb_s: f64| weight_bytes as f64 / (gb_s * 1e9) * 1e3;
+        let bandwidth_gb_s = median(reads_gb_s).unwrap_or(f64::NAN);
+        let best_read_gb_s = reads_gb_s.iter().copied().fold(f64::NAN, f64::max);
+        let decode = median(decode_ms).unwrap_or(f64::NAN);
         Self {
             kind: "memory_wall",
             cpu: crate::machine::Machine::current().cpu.clone(),
             weight_bytes,
             bandwidth_gb_s,
-            bound_ms,
-            decode_ms,
-            fraction: bound_ms / decode_ms,
+            best_read_gb_s,
+            reads: reads_gb_s.len(),
+            bound_ms: bound(bandwidth_gb_s),
+            decode_ms: decode,
+            decode_steps: decode_ms.len(),
+            fraction: bound(bandwidth_gb_s) / decode,
+            fraction_of_best: bound(best_read_gb_s) / decode,
         }
     }
 
     /// One line for a person.
     pub fn to_text(&self) -> String {
         format!(
-            "memory wall ({}): {:.1} MB of weights a token at {:.1} GB/s read = {:.2} ms at \
-             best; decoding takes {:.2} ms, {:.0}% of the bandwidth",
+            "memory wall ({}): {:.1} MB of weights a token; the median of {} reads between the \
+             steps, {:.1} GB/s, gives {:.2} ms at best; the median of {} steps took {:.2} ms, \
+             {:.0}% of the bandwidth ({:.0}% of the best read, {:.1} GB/s)",
             self.cpu,
             self.weight_bytes as f64 / 1e6,
+            self.reads,
             self.bandwidth_gb_s,
             self.bound_ms,
+            self.decode_steps,
             self.decode_ms,
-            100.0 * self.fraction
+            100.0 * self.fraction,
+            100.0 * self.fraction_of_best,
+            self.best_read_gb_s,
         )
     }
 }
@@ -370,9 +451,13 @@ mod tests {
         let folder =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../attn-model/tests/data/hf/llama_tiny");
         let device = Device::flex();
-        let (records, model, load) =
-            folder_records(&folder, &device, "flex", 4, DType::F32, &QUICK)
-                .expect("a Llama folder");
+        let FolderRun {
+            records,
+            model,
+            load,
+            mut decode,
+        } = folder_records(&folder, &device, "flex", 4, DType::F32, &QUICK)
+            .expect("a Llama folder");
         // The load line counts the folder's weight file, and a peak at least what was resident.
         let file = std::fs::metadata(folder.join("model.safetensors"))
             .expect("the weights")
@@ -399,7 +484,7 @@ mod tests {
                     .product::<u64>()
             })
             .sum();
-        let wall = MemoryWall::new(&model, 2.0, 10.0);
+        let wall = MemoryWall::new(&model, &[2.0, 1.0, 3.0], &[10.0, 30.0, 5.0, 20.0]);
         let table = (model.vocab() * model.decoder().d_model()) as u64;
         let read = if model.ties_embeddings() {
             stored
@@ -408,15 +493,23 @@ mod tests {
         };
         assert_eq!(wall.weight_bytes, read * 4, "{stored} values stored");
         // Held in bfloat16, the matrices take two bytes a value, the norms four.
-        let (_, half, _) =
-            folder_records(&folder, &device, "flex", 4, DType::BF16, &QUICK).expect("in bf16");
-        let half_wall = MemoryWall::new(&half, 2.0, 10.0);
+        let half = folder_records(&folder, &device, "flex", 4, DType::BF16, &QUICK)
+            .expect("in bf16")
+            .model;
+        let half_wall = MemoryWall::new(&half, &[2.0], &[10.0]);
         assert!(
             half_wall.weight_bytes > read * 2 && half_wall.weight_bytes < read * 2 + 4096,
             "{} bytes held in bf16 for {read} values",
             half_wall.weight_bytes
         );
-        assert!((wall.bound_ms - wall.weight_bytes as f64 / 1e7).abs() < 1e-9);
+        // Medians 2 ms and 15 GB/s; the best read 30 GB/s.
+        assert_eq!((wall.bandwidth_gb_s, wall.best_read_gb_s), (15.0, 30.0));
+        assert!((wall.bound_ms - wall.weight_bytes as f64 / 1.5e7).abs() < 1e-9);
         assert!((wall.fraction - wall.bound_ms / 2.0).abs() < 1e-12);
+        assert!((wall.fraction_of_best - wall.fraction / 2.0).abs() < 1e-12);
+        // Measured: a round is DECODE_TOKENS steps and one read.
+        let measured = MemoryWall::measure(&model, &mut decode, 1).expect("steps run");
+        assert_eq!((measured.decode_steps, measured.reads), (DECODE_TOKENS, 1));
+        assert!(measured.decode_ms > 0.0 && measured.bandwidth_gb_s > 0.0);
     }
 }

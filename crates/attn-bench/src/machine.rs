@@ -61,17 +61,32 @@ impl Machine {
 /// the last level at least).
 pub const BANDWIDTH_BYTES: usize = 256 << 20;
 
-/// The machine's memory read bandwidth in GB/s (10⁹ bytes a second): a STREAM-like read, the
-/// sum of [`BANDWIDTH_BYTES`] of `f32`, split across the CPU backends' worker threads (rayon's,
-/// [`Machine::threads`]), the best of seven passes after one to fault the pages in.
-pub fn read_bandwidth() -> f64 {
-    use rayon::prelude::*;
-    let values = vec![1.0f32; BANDWIDTH_BYTES / size_of::<f32>()];
-    let chunk = values
-        .len()
-        .div_ceil(rayon::current_num_threads().max(1) * 8);
-    let sum = || -> f32 {
-        values
+/// [`BANDWIDTH_BYTES`] of `f32` to read: a STREAM-like read, the sum of every value, split
+/// across the CPU backends' worker threads (rayon's, [`Machine::threads`]).
+pub struct ReadBuffer {
+    values: Vec<f32>,
+}
+
+impl ReadBuffer {
+    /// The buffer, read once to fault its pages in.
+    pub fn new() -> Self {
+        let buffer = Self {
+            values: vec![1.0f32; BANDWIDTH_BYTES / size_of::<f32>()],
+        };
+        buffer.pass();
+        buffer
+    }
+
+    /// One timed read of the whole buffer, in GB/s (10⁹ bytes a second).
+    pub fn pass(&self) -> f64 {
+        use rayon::prelude::*;
+        let chunk = self
+            .values
+            .len()
+            .div_ceil(rayon::current_num_threads().max(1) * 8);
+        let started = std::time::Instant::now();
+        let sum: f32 = self
+            .values
             .par_chunks(chunk)
             .map(|c| {
                 // Eight running sums: the additions of one do not wait on another's.
@@ -83,16 +98,22 @@ pub fn read_bandwidth() -> f64 {
                 }
                 acc.iter().sum::<f32>()
             })
-            .sum()
-    };
-    std::hint::black_box(sum());
-    (0..7)
-        .map(|_| {
-            let started = std::time::Instant::now();
-            std::hint::black_box(sum());
-            BANDWIDTH_BYTES as f64 / started.elapsed().as_secs_f64() / 1e9
-        })
-        .fold(0.0, f64::max)
+            .sum();
+        std::hint::black_box(sum);
+        BANDWIDTH_BYTES as f64 / started.elapsed().as_secs_f64() / 1e9
+    }
+}
+
+impl Default for ReadBuffer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The machine's memory read bandwidth in GB/s: the best of seven [`ReadBuffer::pass`]es.
+pub fn read_bandwidth() -> f64 {
+    let buffer = ReadBuffer::new();
+    (0..7).map(|_| buffer.pass()).fold(0.0, f64::max)
 }
 
 /// The first `model name` of a `/proc/cpuinfo` text.

@@ -194,36 +194,34 @@ fn main() -> Result<()> {
             } else {
                 burn::tensor::DType::F32
             };
-            // Measured after the first load, so that its buffer is not in the load's peak.
-            let mut bandwidth = None;
             for name in &device {
                 let on = backend::device(name).with_context(|| format!("--device {name}"))?;
-                let (records, model, load) =
+                let mut run =
                     attn_bench::hf::folder_records(&folder, &on, name, prompt, dtype, &FULL)?;
-                let bandwidth = *bandwidth.get_or_insert_with(attn_bench::machine::read_bandwidth);
                 if json {
-                    println!("{}", serde_json::to_string(&load)?);
+                    println!("{}", serde_json::to_string(&run.load)?);
                 } else {
-                    println!("{}", load.to_text());
+                    println!("{}", run.load.to_text());
                 }
-                for record in &records {
+                for record in &run.records {
                     if json {
                         println!("{}", record.to_json()?);
                     } else {
                         println!("{}", record.to_text());
                     }
                 }
-                let decode = records
-                    .iter()
-                    .find(|r| r.case.ends_with("_decode"))
-                    .and_then(|r| r.median_ms);
-                if let Some(decode_ms) = decode {
-                    let wall = attn_bench::hf::MemoryWall::new(&model, decode_ms, bandwidth);
-                    if json {
-                        println!("{}", serde_json::to_string(&wall)?);
-                    } else {
-                        println!("{}", wall.to_text());
-                    }
+                if run.records.iter().any(|r| r.error.is_some()) {
+                    continue;
+                }
+                let wall = attn_bench::hf::MemoryWall::measure(
+                    &run.model,
+                    &mut run.decode,
+                    attn_bench::hf::WALL_ROUNDS,
+                )?;
+                if json {
+                    println!("{}", serde_json::to_string(&wall)?);
+                } else {
+                    println!("{}", wall.to_text());
                 }
             }
             Ok(())

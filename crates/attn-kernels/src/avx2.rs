@@ -174,6 +174,34 @@ impl Kernels for Avx2 {
         exp2::<true>(x)
     }
 
+    /// Two 8-wide running sums (two chains of multiply-adds in flight), added and reduced
+    /// across the lanes once at the end.
+    #[inline(always)]
+    fn dot(self, a: &[f32], b: &[f32]) -> f32 {
+        use pulp::Simd;
+        let s = self.0;
+        let n = a.len().min(b.len());
+        let (a16, a_rest) = a[..n].as_chunks::<16>();
+        let (b16, b_rest) = b[..n].as_chunks::<16>();
+        let mut acc = [s.splat_f32x8(0.0); 2];
+        for (x, y) in a16.iter().zip(b16) {
+            acc[0] = s.mul_add_f32x8(load(&x[..8]), load(&y[..8]), acc[0]);
+            acc[1] = s.mul_add_f32x8(load(&x[8..]), load(&y[8..]), acc[1]);
+        }
+        let mut sum = s.add_f32x8(acc[0], acc[1]);
+        let (a8, a_tail) = a_rest.as_chunks::<8>();
+        let (b8, b_tail) = b_rest.as_chunks::<8>();
+        for (x, y) in a8.iter().zip(b8) {
+            sum = s.mul_add_f32x8(load(x), load(y), sum);
+        }
+        a_tail
+            .iter()
+            .zip(b_tail)
+            .fold(s.reduce_sum_f32s(sum), |sum, (&x, &y)| {
+                mul_add::<true>(x, y, sum)
+            })
+    }
+
     #[inline(always)]
     fn scores_tile(self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize) {
         let s = self.0;

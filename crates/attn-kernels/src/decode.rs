@@ -27,9 +27,9 @@
 //! visible key at all returns zeros (and `lse = −∞`), as the other strategies do. Causality
 //! skips the chunks that lie wholly past a row's last visible key.
 //!
-//! The inner loops are dot products and `axpy`s over `d_head` and `d_value`, written with
-//! [`LANES`] independent accumulators so that the compiler vectorises them inside the
-//! instruction set's `vectorize`; the row maximum and the exponentials are the SIMD layer's.
+//! The inner loops are dot products and `axpy`s over `d_head` and `d_value`: the dot
+//! products, the row maximum and the exponentials are the SIMD layer's, and the `axpy`s are
+//! plain loops that the compiler vectorises inside the instruction set's `vectorize`.
 
 use std::cell::RefCell;
 
@@ -49,8 +49,8 @@ pub const DECODE_MAX_QUERIES: usize = 16;
 const MIN_CHUNK: usize = 64;
 /// The most keys per chunk: the `[rows, chunk]` scores of a task stay in L1/L2.
 const MAX_CHUNK: usize = 1024;
-/// Independent accumulators of the dot products: one 16-wide or two 8-wide vectors.
-const LANES: usize = 16;
+/// Partial values below which the merge runs on the calling thread alone.
+const MERGE_ALONE: usize = 1 << 15;
 
 /// Runs decoding attention, writing the context and, when asked for, each row's log-sum-exp.
 ///
@@ -120,41 +120,52 @@ fn run_tasks(
             &mut lse_store[..]
         }
     };
-    context
-        .par_chunks_mut(rows * p.d_value)
-        .zip(lse.par_chunks_mut(rows))
-        .zip(partials.par_chunks(n_chunks * task_len))
-        .for_each(|((context, lse), partials)| {
-            for r in 0..rows {
-                let part = |c: usize| &partials[c * task_len + r * partial_len..][..partial_len];
-                let m = (0..n_chunks)
-                    .map(|c| part(c)[0])
-                    .fold(f32::NEG_INFINITY, f32::max);
-                let out = &mut context[r * p.d_value..][..p.d_value];
-                out.fill(0.0);
-                if m == f32::NEG_INFINITY {
-                    lse[r] = f32::NEG_INFINITY;
+    let merge = |((context, lse), partials): ((&mut [f32], &mut [f32]), &[f32])| {
+        for r in 0..rows {
+            let part = |c: usize| &partials[c * task_len + r * partial_len..][..partial_len];
+            let m = (0..n_chunks)
+                .map(|c| part(c)[0])
+                .fold(f32::NEG_INFINITY, f32::max);
+            let out = &mut context[r * p.d_value..][..p.d_value];
+            out.fill(0.0);
+            if m == f32::NEG_INFINITY {
+                lse[r] = f32::NEG_INFINITY;
+                continue;
+            }
+            let mut l = 0.0;
+            for c in 0..n_chunks {
+                let part = part(c);
+                if part[0] == f32::NEG_INFINITY {
                     continue;
                 }
-                let mut l = 0.0;
-                for c in 0..n_chunks {
-                    let part = part(c);
-                    if part[0] == f32::NEG_INFINITY {
-                        continue;
-                    }
-                    let w = (part[0] - m).exp2();
-                    l += part[1] * w;
-                    for (x, &o) in out.iter_mut().zip(&part[2..]) {
-                        *x += o * w;
-                    }
+                let w = (part[0] - m).exp2();
+                l += part[1] * w;
+                for (x, &o) in out.iter_mut().zip(&part[2..]) {
+                    *x += o * w;
                 }
-                let inv = 1.0 / l;
-                for x in out.iter_mut() {
-                    *x *= inv;
-                }
-                lse[r] = (m + l.log2()) * std::f32::consts::LN_2;
             }
-        });
+            let inv = 1.0 / l;
+            for x in out.iter_mut() {
+                *x *= inv;
+            }
+            lse[r] = (m + l.log2()) * std::f32::consts::LN_2;
+        }
+    };
+    // A decoding step's merge reads a few thousand values: handing it to other threads costs
+    // more than it does.
+    if partials.len() < MERGE_ALONE {
+        context
+            .chunks_mut(rows * p.d_value)
+            .zip(lse.chunks_mut(rows))
+            .zip(partials.chunks(n_chunks * task_len))
+            .for_each(merge);
+    } else {
+        context
+            .par_chunks_mut(rows * p.d_value)
+            .zip(lse.par_chunks_mut(rows))
+            .zip(partials.par_chunks(n_chunks * task_len))
+            .for_each(merge);
+    }
 }
 
 thread_local! {
@@ -232,7 +243,7 @@ impl Pass for DecodeTask<'_, '_> {
         let k = p.k.head(kv_group).range(j0, j0 + seen_keys);
         for (jj, key) in k.enumerate() {
             for (r, query) in q.chunks_exact(d_head).enumerate() {
-                s[r * len + jj] = dot(kernels, query, key);
+                s[r * len + jj] = kernels.dot(query, key);
             }
         }
 
@@ -270,31 +281,6 @@ impl Pass for DecodeTask<'_, '_> {
             }
         }
     }
-}
-
-/// `a · b` with [`LANES`] independent accumulators, summed pairwise at the end.
-#[inline(always)]
-fn dot<K: Kernels>(kernels: K, a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; LANES];
-    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (a_tail, b_tail) = (a_chunks.remainder(), b_chunks.remainder());
-    for (x, y) in a_chunks.zip(b_chunks) {
-        for ((acc, &x), &y) in acc.iter_mut().zip(x).zip(y) {
-            *acc = kernels.mul_add(x, y, *acc);
-        }
-    }
-    let mut width = LANES / 2;
-    while width > 0 {
-        let (low, high) = acc.split_at_mut(width);
-        for (a, &b) in low.iter_mut().zip(&high[..width]) {
-            *a += b;
-        }
-        width /= 2;
-    }
-    a_tail
-        .iter()
-        .zip(b_tail)
-        .fold(acc[0], |sum, (&x, &y)| kernels.mul_add(x, y, sum))
 }
 
 #[cfg(test)]

@@ -76,6 +76,36 @@ pub(crate) trait Kernels: Copy {
         self.accumulate_tile(a, lda, b[1], &mut c[NR..], ldc, overwrite);
     }
 
+    /// `Σ a[i] · b[i]` over the shorter of the two. The default keeps 16 running sums and adds
+    /// them pairwise; an instruction set keeps them in whole vectors, because the compiler
+    /// splits the pairwise tree of an array into pieces narrower than its registers.
+    #[inline(always)]
+    fn dot(self, a: &[f32], b: &[f32]) -> f32 {
+        const LANES: usize = 16;
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        let mut acc = [0.0f32; LANES];
+        let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+        let (a_tail, b_tail) = (a_chunks.remainder(), b_chunks.remainder());
+        for (x, y) in a_chunks.zip(b_chunks) {
+            for ((acc, &x), &y) in acc.iter_mut().zip(x).zip(y) {
+                *acc = self.mul_add(x, y, *acc);
+            }
+        }
+        let mut width = LANES / 2;
+        while width > 0 {
+            let (low, high) = acc.split_at_mut(width);
+            for (a, &b) in low.iter_mut().zip(&high[..width]) {
+                *a += b;
+            }
+            width /= 2;
+        }
+        a_tail
+            .iter()
+            .zip(b_tail)
+            .fold(acc[0], |sum, (&x, &y)| self.mul_add(x, y, sum))
+    }
+
     /// The largest value of `row`, `−∞` for an empty row.
     fn row_max(self, row: &[f32]) -> f32;
 

@@ -180,6 +180,30 @@ impl KvCache {
         self.slots < self.capacity
     }
 
+    /// Forgets every token past the first `len` of each sequence, as transformers'
+    /// `DynamicCache.crop` does: the next step writes at position `len`. Nothing is copied or
+    /// freed; the slots past `len` are written again by later steps. Undoes a step that was
+    /// rejected (a draft token, a regenerated answer) or returns to a shared prompt.
+    ///
+    /// # Errors
+    /// [`ModelError::CacheTruncate`] when `len` is past what is written, inside a sequence's
+    /// left padding, or when a rolling window has already overwritten a key before `len`
+    /// (more than `slots` tokens written).
+    pub fn truncate(&mut self, len: usize) -> Result<(), ModelError> {
+        let left_pad = self.left_pad.iter().copied().max().unwrap_or(0);
+        let overwritten = self.is_rolling() && self.filled > self.slots;
+        if len > self.filled || len < left_pad || overwritten {
+            return Err(ModelError::CacheTruncate {
+                len,
+                filled: self.filled,
+                slots: self.slots,
+                left_pad,
+            });
+        }
+        self.filled = len;
+        Ok(())
+    }
+
     /// Leading padding slots of each sequence.
     pub fn left_pad(&self) -> &[usize] {
         &self.left_pad
@@ -513,6 +537,42 @@ mod tests {
 
     fn cache(capacity: usize, window: Option<usize>, device: &Device) -> KvCache {
         KvCache::new(1, 2, capacity, [1, 1], window, Some(&[0, 1]), device).expect("valid")
+    }
+
+    #[test]
+    fn truncation_stays_inside_what_is_written_and_kept() {
+        let device = Device::flex();
+        let mut linear = cache(10, None, &device);
+        linear.filled = 6;
+        linear.truncate(2).expect("inside what is written");
+        assert_eq!(linear.filled(), 2);
+        // Past what is written, then inside sequence 1's padding of one slot.
+        for len in [3, 0] {
+            let err = linear.truncate(len).expect_err("refused");
+            assert!(
+                matches!(err, ModelError::CacheTruncate { len: l, filled: 2, slots: 10, left_pad: 1 } if l == len),
+                "{err}"
+            );
+        }
+        // A window of 3 keeps the keys until the fourth token overwrites slot 0.
+        let mut rolling = cache(10, Some(3), &device);
+        rolling.filled = 3;
+        rolling.truncate(1).expect("nothing overwritten yet");
+        rolling.filled = 4;
+        let err = rolling
+            .truncate(2)
+            .expect_err("position 0's slot holds position 3");
+        assert!(
+            matches!(
+                err,
+                ModelError::CacheTruncate {
+                    filled: 4,
+                    slots: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]

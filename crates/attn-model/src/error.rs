@@ -139,6 +139,22 @@ pub enum ModelError {
         /// Tokens per sequence this step brings.
         new: usize,
     },
+    /// A truncation of the key/value cache that cannot be done: longer than what is written,
+    /// shorter than a sequence's padding, or into keys that a rolling window has overwritten.
+    #[error(
+        "cannot truncate the key/value cache to {len} tokens per sequence: {filled} are \
+         written, {slots} slots are kept, the longest left padding is {left_pad}"
+    )]
+    CacheTruncate {
+        /// Tokens per sequence asked to keep.
+        len: usize,
+        /// Tokens per sequence written.
+        filled: usize,
+        /// Slots each layer holds (fewer than the capacity for a rolling window).
+        slots: usize,
+        /// The longest left padding of the batch.
+        left_pad: usize,
+    },
     /// A decoding step whose batch is not the one the cache was made for.
     #[error("the key/value cache was made for a batch of {expected}, the step has {got}")]
     CacheBatchMismatch {

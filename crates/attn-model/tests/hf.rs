@@ -10,7 +10,7 @@ use attn_model::hf::{
     Bert, BertConfig, CausalLm, GenerationDefaults, Gpt2, Gpt2Config, read_config, read_weights,
 };
 use attn_model::ops::linear_serves;
-use attn_model::{ConfigError, GenerateConfig, ModelError, Prompt};
+use attn_model::{ConfigError, GenerateConfig, ModelError, Prompt, TokenDecoderInput};
 use attn_testing::reference::hf::TOLERANCE;
 use attn_testing::reference::{BertReference, CausalLmReference, Gpt2Reference};
 use attn_testing::{Closeness, RefTensor, Tolerance, assert_close_slices, for_each_device, to_vec};
@@ -223,6 +223,58 @@ fn llama_family_greedy_generation_through_the_cache_matches_transformers() {
             assert_eq!(tokens, expected, "{model}: greedy_ids after the prompt");
         });
     }
+}
+
+#[test]
+fn a_truncated_cache_decodes_as_if_the_dropped_tokens_were_never_seen() {
+    // Prompt, then two tokens that transformers never saw, truncated away, then the greedy
+    // tokens one at a time: every step's logits are transformers' for the greedy sequence.
+    let model = CAUSAL_LMS[0];
+    let reference = CausalLmReference::from_folder(&folder(model)).expect("reference.json");
+    let expected = reference.new_tokens();
+    for_each_device(|d| {
+        let lm = CausalLm::from_pretrained(folder(model), &d.device).expect("loads");
+        let decoder = lm.model();
+        let prompt = ids(&reference.prompt_ids, &d.device);
+        let [_, prompt_len] = prompt.dims();
+        let token = |id: i64| Tensor::<2, Int>::from_data([[id]], &d.device);
+        let mut cache = decoder
+            .new_cache(1, prompt_len + expected.len() + 2, None)
+            .expect("valid");
+        decoder
+            .try_forward(TokenDecoderInput::new(prompt).with_cache(&mut cache))
+            .expect("prompt runs");
+        let detour = Tensor::<2, Int>::from_data([[expected[1], expected[0]]], &d.device);
+        decoder
+            .try_forward(TokenDecoderInput::new(detour).with_cache(&mut cache))
+            .expect("detour runs");
+        assert_eq!(cache.filled(), prompt_len + 2);
+
+        let past = cache
+            .truncate(prompt_len + 3)
+            .expect_err("past what is written");
+        assert!(
+            matches!(past, ModelError::CacheTruncate { len, filled, .. }
+                if len == prompt_len + 3 && filled == prompt_len + 2),
+            "{past}"
+        );
+        cache.truncate(prompt_len).expect("inside what is written");
+        assert_eq!(cache.filled(), prompt_len);
+
+        for (i, &id) in expected.iter().enumerate().take(expected.len() - 1) {
+            let logits = decoder
+                .try_forward(TokenDecoderInput::new(token(id)).with_cache(&mut cache))
+                .expect("step runs")
+                .logits;
+            let expected_row = &reference.greedy_step_logits[i + 1];
+            check::<1>(
+                logits.reshape([expected_row.data.len()]),
+                expected_row,
+                TOLERANCE,
+                &format!("{model} after truncation, greedy_step_logits[{}]", i + 1),
+            );
+        }
+    });
 }
 
 /// Bytes of a model's parameters as they are held, by type.
