@@ -8,6 +8,9 @@
 //! forward one to one under the same names. Asking for a backend that was not compiled in is an
 //! error that names the feature that would enable it.
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use burn::backend::DispatchDevice;
 use burn::tensor::Device;
 #[cfg(any(feature = "wgpu", feature = "vulkan", feature = "metal"))]
@@ -255,20 +258,77 @@ impl BackendKind {
     }
 }
 
-/// `f()`, run on one of rayon's threads when `device` keeps its tensors in host memory.
+/// `f()`, run on one of rayon's threads when `device` keeps its tensors in host memory, with
+/// the pool's other threads kept awake until it returns.
 ///
 /// The CPU backends and the native kernels split each operation across rayon's pool. Called
 /// from a thread outside the pool, every such operation hands its work to the pool and sleeps
 /// until the pool wakes it: two thread switches per operation. A decoding step of a 30-layer
 /// model runs hundreds of operations of a few microseconds each, so the switches can cost as
 /// much as the arithmetic. Run from a thread of the pool, an operation splits its work there
-/// and the caller takes its own share. On a device elsewhere (a GPU), or on a thread already in
-/// the pool, `f` runs where it is called.
+/// and the caller takes its own share.
+///
+/// Between two split operations the caller runs the small ones (norms, rotations, cache
+/// writes) alone. A rayon thread that finds no work for about 15 µs goes to sleep, and waking
+/// it again takes a system call and, under a hypervisor, 10 to 40 µs more before it takes its
+/// share. So while `f` runs, each other thread of the pool polls for work
+/// ([`rayon::yield_now`]) instead of sleeping, as OpenMP's threads spin between parallel
+/// regions (PyTorch's CPU operators). They go back to rayon's own waiting when `f` returns or
+/// panics.
+///
+/// On a device elsewhere (a GPU), or on a thread already in the pool, `f` runs where it is
+/// called.
 pub fn on_cpu_pool<R: Send>(device: &Device, f: impl FnOnce() -> R + Send) -> R {
     if BackendKind::of(device).is_host() && rayon::current_thread_index().is_none() {
-        rayon::scope(|_| f())
+        let done = AtomicBool::new(false);
+        rayon::scope(|scope| with_pool_awake(scope, &done, f))
     } else {
         f()
+    }
+}
+
+/// `f()` on this thread of a pool, while every other thread of the pool polls for work until
+/// `f` returns or panics (see [`on_cpu_pool`]); `done` is the pollers' stop flag.
+fn with_pool_awake<'scope, R>(
+    scope: &rayon::Scope<'scope>,
+    done: &'scope AtomicBool,
+    f: impl FnOnce() -> R,
+) -> R {
+    let owner = rayon::current_thread_index();
+    for _ in 1..rayon::current_num_threads() {
+        scope.spawn(move |_| poll_until(done, owner));
+    }
+    // Set on return and on unwinding alike, so that the scope's wait for the pollers ends
+    // either way.
+    let _release = SetOnDrop(done);
+    f()
+}
+
+/// Runs the pool's pending work on this thread until `done` is set. Returns at once on the
+/// thread that runs the computation (`owner`, which may pop a poller from its own queue while
+/// it waits for a split operation) and on a thread that already polls (which may steal a
+/// second poller).
+fn poll_until(done: &AtomicBool, owner: Option<usize>) {
+    thread_local! {
+        static POLLING: Cell<bool> = const { Cell::new(false) };
+    }
+    if rayon::current_thread_index() == owner || POLLING.with(|polling| polling.replace(true)) {
+        return;
+    }
+    while !done.load(Ordering::Acquire) {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            std::hint::spin_loop();
+        }
+    }
+    POLLING.with(|polling| polling.set(false));
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
@@ -338,6 +398,64 @@ pub fn release_device_memory(device: &Device) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `f` inside a pool of `threads` threads whose other threads are kept awake, on a
+    /// watchdog: a poller that never stopped would hang the scope, and fails the test instead.
+    fn awake_in_pool<R: Send + 'static>(
+        threads: usize,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> std::thread::Result<R> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a pool of a few threads");
+            let done = AtomicBool::new(false);
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.scope(|scope| with_pool_awake(scope, &done, f))
+            }));
+            let _ = sender.send(result);
+        });
+        receiver
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the scope ends once f has returned or panicked")
+    }
+
+    #[test]
+    fn work_split_while_the_pool_is_kept_awake_is_all_done_and_the_pollers_stop() {
+        use rayon::prelude::*;
+        for threads in [1, 2, 3] {
+            let sums = awake_in_pool(threads, || {
+                // Gaps longer than an idle thread's spinning, then split work.
+                (0..20)
+                    .map(|round| {
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                        (0..10_000u64).into_par_iter().map(|i| i * round).sum::<u64>()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .expect("nothing panics");
+            // Σ i for i < 10 000 is 49 995 000.
+            let expected: Vec<u64> = (0..20).map(|round| 49_995_000 * round).collect();
+            assert_eq!(sums, expected, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn a_panic_while_the_pool_is_kept_awake_reaches_the_caller() {
+        let in_f = awake_in_pool(3, || -> u32 { panic!("in f") });
+        assert!(in_f.is_err(), "a panic in f is the caller's");
+        let in_split = awake_in_pool(3, || {
+            rayon::join(
+                || std::thread::sleep(std::time::Duration::from_millis(20)),
+                || panic!("in a split half"),
+            )
+        });
+        assert!(in_split.is_err(), "a panic in a half another thread took");
+        let after = awake_in_pool(3, || rayon::join(|| 2, || 3));
+        assert_eq!(after.ok(), Some((2, 3)), "a pool that polled before works again");
+    }
 
     #[test]
     fn every_compiled_backend_is_known_and_builds_a_device() {
