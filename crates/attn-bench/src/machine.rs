@@ -57,7 +57,7 @@ impl Machine {
     }
 }
 
-/// Bytes [`read_bandwidth`] reads: 256 MiB, far past any cache, as STREAM asks (four times
+/// Bytes a [`ReadBuffer`] holds and each of its passes reads: 256 MiB, far past any cache, as STREAM asks (four times
 /// the last level at least).
 pub const BANDWIDTH_BYTES: usize = 256 << 20;
 
@@ -108,12 +108,6 @@ impl Default for ReadBuffer {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The machine's memory read bandwidth in GB/s: the best of seven [`ReadBuffer::pass`]es.
-pub fn read_bandwidth() -> f64 {
-    let buffer = ReadBuffer::new();
-    (0..7).map(|_| buffer.pass()).fold(0.0, f64::max)
 }
 
 /// The first `model name` of a `/proc/cpuinfo` text.

@@ -451,13 +451,7 @@ mod products {
             && strides[0] == 1
             && strides[1] >= 0
             && strides[1].unsigned_abs() >= d_input;
-        let rows = attn_kernels::half::Bf16Rows {
-            values: weight.storage::<half::bf16>().reinterpret_cast(),
-            offset: layout.start_offset(),
-            d_output,
-            d_input,
-            row: strides[1].unsigned_abs(),
-        };
+        let rows = rows_of(weight, weight.storage::<half::bf16>().reinterpret_cast());
         let dot =
             || attn_kernels::half::linear_bf16_dot(&flex_floats(x), a.rows, &rows, bias.as_deref());
         let y = if in_rows && a.rows <= HALF_ROWS {
@@ -529,14 +523,7 @@ mod products {
             Some(b) => Some(flex_floats(b)),
             None => None,
         };
-        let layout = weight.layout();
-        let rows = attn_kernels::half::Rows {
-            values: weight.storage::<f32>(),
-            offset: layout.start_offset(),
-            d_output,
-            d_input,
-            row: layout.strides()[1].unsigned_abs(),
-        };
+        let rows = rows_of(weight, weight.storage::<f32>());
         let y = attn_kernels::half::linear_rows(&flex_floats(x), a.rows, &rows, bias.as_deref());
         Some(tensor(y, with_last(x.shape(), d_output)))
     }
