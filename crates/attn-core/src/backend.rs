@@ -431,7 +431,10 @@ mod tests {
                 (0..20)
                     .map(|round| {
                         std::thread::sleep(std::time::Duration::from_millis(2));
-                        (0..10_000u64).into_par_iter().map(|i| i * round).sum::<u64>()
+                        (0..10_000u64)
+                            .into_par_iter()
+                            .map(|i| i * round)
+                            .sum::<u64>()
                     })
                     .collect::<Vec<_>>()
             })
@@ -454,7 +457,11 @@ mod tests {
         });
         assert!(in_split.is_err(), "a panic in a half another thread took");
         let after = awake_in_pool(3, || rayon::join(|| 2, || 3));
-        assert_eq!(after.ok(), Some((2, 3)), "a pool that polled before works again");
+        assert_eq!(
+            after.ok(),
+            Some((2, 3)),
+            "a pool that polled before works again"
+        );
     }
 
     #[test]
