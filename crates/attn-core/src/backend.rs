@@ -294,33 +294,54 @@ fn with_pool_awake<'scope, R>(
     done: &'scope AtomicBool,
     f: impl FnOnce() -> R,
 ) -> R {
-    let owner = rayon::current_thread_index();
     for _ in 1..rayon::current_num_threads() {
-        scope.spawn(move |_| poll_until(done, owner));
+        scope.spawn(move |_| poll_until(done));
     }
     // Set on return and on unwinding alike, so that the scope's wait for the pollers ends
     // either way.
     let _release = SetOnDrop(done);
+    let _busy = Busy::enter();
     f()
 }
 
-/// Runs the pool's pending work on this thread until `done` is set. Returns at once on the
-/// thread that runs the computation (`owner`, which may pop a poller from its own queue while
-/// it waits for a split operation) and on a thread that already polls (which may steal a
-/// second poller).
-fn poll_until(done: &AtomicBool, owner: Option<usize>) {
-    thread_local! {
-        static POLLING: Cell<bool> = const { Cell::new(false) };
+thread_local! {
+    /// Whether this thread is running a pass of [`with_pool_awake`] or a poller, perhaps
+    /// suspended below the job it runs now.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks this thread [`BUSY`] until dropped, then restores what it was.
+struct Busy(bool);
+
+impl Busy {
+    fn enter() -> Self {
+        Self(BUSY.with(|busy| busy.replace(true)))
     }
-    if rayon::current_thread_index() == owner || POLLING.with(|polling| polling.replace(true)) {
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        BUSY.with(|busy| busy.set(self.0));
+    }
+}
+
+/// Runs the pool's pending work on this thread until `done` is set.
+///
+/// Returns at once on a thread that is running a pass or a poller already. A thread waiting
+/// inside a pass (for the half of a split another thread took) runs other jobs meanwhile, and
+/// may take a poller: polling there would hold the suspended pass until the poller's own pass
+/// ended, and two passes on two threads could each wait for the other. So a poller never polls
+/// above a suspended pass.
+fn poll_until(done: &AtomicBool) {
+    if BUSY.with(Cell::get) {
         return;
     }
+    let _busy = Busy::enter();
     while !done.load(Ordering::Acquire) {
         if rayon::yield_now() != Some(rayon::Yield::Executed) {
             std::hint::spin_loop();
         }
     }
-    POLLING.with(|polling| polling.set(false));
 }
 
 /// Sets its flag when dropped.
@@ -442,6 +463,61 @@ mod tests {
             // Σ i for i < 10 000 is 49 995 000.
             let expected: Vec<u64> = (0..20).map(|round| 49_995_000 * round).collect();
             assert_eq!(sums, expected, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn passes_from_two_threads_on_one_kept_awake_pool_both_finish() {
+        use rayon::prelude::*;
+        // Two callers' passes interleave on two threads: a thread waiting inside one pass may
+        // take the other's jobs and pollers. Both must finish, with their own sums.
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let pool = std::sync::Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(2)
+                    .build()
+                    .expect("a pool of two threads"),
+            );
+            let callers: Vec<_> = (0..2u64)
+                .map(|caller| {
+                    let pool = std::sync::Arc::clone(&pool);
+                    std::thread::spawn(move || {
+                        (0..300u64)
+                            .map(|pass| {
+                                let done = AtomicBool::new(false);
+                                pool.scope(|scope| {
+                                    with_pool_awake(scope, &done, || {
+                                        (0..8)
+                                            .map(|_| {
+                                                (0..4096u64)
+                                                    .into_par_iter()
+                                                    .map(|i| i + caller + pass)
+                                                    .sum::<u64>()
+                                            })
+                                            .sum::<u64>()
+                                    })
+                                })
+                            })
+                            .collect::<Vec<u64>>()
+                    })
+                })
+                .collect();
+            let sums: Vec<Vec<u64>> = callers
+                .into_iter()
+                .map(|c| c.join().expect("no caller panics"))
+                .collect();
+            let _ = sender.send(sums);
+        });
+        let sums = receiver
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("both callers' passes finish");
+        for (caller, sums) in sums.iter().enumerate() {
+            for (pass, &sum) in sums.iter().enumerate() {
+                // 8 × Σ_{i<4096} (i + caller + pass) = 8 × (8 386 560 + 4096 · (caller + pass))
+                let expected = 8 * (8_386_560 + 4096 * (caller + pass) as u64);
+                assert_eq!(sum, expected, "caller {caller}, pass {pass}");
+            }
         }
     }
 
