@@ -206,20 +206,29 @@ pub fn folder_records(
         other => format!("_{}", format!("{other:?}").to_lowercase()),
     };
     let mut records = Vec::new();
-    for (name, step) in [
+    for (name, step, rows) in [
         (
             format!("hf_{model_type}{suffix}_prefill"),
             &mut prefill_step,
+            prompt_len,
         ),
-        (format!("hf_{model_type}{suffix}_decode"), &mut decode_step),
+        (
+            format!("hf_{model_type}{suffix}_decode"),
+            &mut decode_step,
+            1,
+        ),
     ] {
-        let record = Record::named(
-            "attn",
-            &name,
-            Pass::Forward,
-            device_name,
-            [1, n_heads, prompt_len, d_head],
-        );
+        let record = Record {
+            bf16_products: (dtype == DType::BF16)
+                .then(|| attn_model::ops::bf16_products(device, rows).to_string()),
+            ..Record::named(
+                "attn",
+                &name,
+                Pass::Forward,
+                device_name,
+                [1, n_heads, prompt_len, d_head],
+            )
+        };
         records.push(match measure(step, budget) {
             Ok(times) => record.with_times_only(&times),
             Err(e) => Record {

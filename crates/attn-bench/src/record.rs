@@ -62,6 +62,10 @@ pub struct Record {
     /// `chosen`), on the lines of `attn-bench tiling`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiling: Option<String>,
+    /// How the bfloat16 products of a bfloat16 folder's line ran
+    /// (`attn_model::ops::bf16_products`): `amx-bf16`, `avx512bf16`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16_products: Option<String>,
 }
 
 fn unknown_machine() -> String {
@@ -111,6 +115,7 @@ impl Record {
             baseline_rss_mib: None,
             error: None,
             tiling: None,
+            bf16_products: None,
         }
     }
 
@@ -157,6 +162,9 @@ impl Record {
         }
         if let Some(peak) = self.peak_rss_mib {
             line += &format!(" peak {peak:>8.1} MiB");
+        }
+        if let Some(products) = &self.bf16_products {
+            line += &format!(" bf16 on {products}");
         }
         if let Some(error) = &self.error {
             line += &format!(" error: {error}");

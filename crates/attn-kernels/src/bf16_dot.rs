@@ -26,7 +26,7 @@ use crate::half::Bf16Rows;
 /// Rows of `x` per register block.
 const MR: usize = 12;
 /// Outputs per register block: two vectors of 16.
-const NR: usize = 32;
+pub(crate) const NR: usize = 32;
 /// Outputs whose weights one task copies and multiplies by its rows.
 const STRIPE: usize = 4 * NR;
 /// Pairs of inputs per pass over a panel: the panel's share, `KC · NR` pairs (16 KiB), stays
@@ -49,6 +49,17 @@ pub fn has_bf16_dot() -> bool {
     }
 }
 
+/// The instructions on which [`linear_bf16_dot`] multiplies `rows` rows in this process, by
+/// the names `/proc/cpuinfo` gives them: `amx-bf16` (AMX's `tdpbf16ps`, from 16 rows) or
+/// `avx512bf16` (`vdpbf16ps`); `None` where it returns `None`.
+pub fn bf16_dot_instructions(rows: usize) -> Option<&'static str> {
+    if !has_bf16_dot() {
+        return None;
+    }
+    let tiles = rows >= crate::bf16_tiles::MIN_ROWS && crate::bf16_tiles::Amx::usable().is_some();
+    Some(if tiles { "amx-bf16" } else { "avx512bf16" })
+}
+
 /// `f32` rounded to the nearest `bfloat16` (ties to even), as its bits; a NaN stays a NaN.
 #[inline]
 pub fn round_to_bf16(v: f32) -> u16 {
@@ -62,7 +73,8 @@ pub fn round_to_bf16(v: f32) -> u16 {
 
 /// `y = bf16(x) · Wᵀ + bias` for `rows` rows of `x` (`[rows, d_input]`, contiguous), `W` as
 /// [`Bf16Rows`]: `[rows, d_output]`, row-major. `None` where the CPU has no `vdpbf16ps`
-/// ([`has_bf16_dot`]).
+/// ([`has_bf16_dot`]). From 16 rows on a CPU with AMX, the products run on its tiles (as
+/// PyTorch's do there), else on `vdpbf16ps`; the sums are the same but for their rounding.
 ///
 /// # Panics
 /// When `x` is not `rows · d_input` long, `bias` not `d_output`, or `W`'s rows run past its
@@ -77,27 +89,33 @@ pub fn linear_bf16_dot(
     if !has_bf16_dot() {
         return None;
     }
+    if w.d_input == 0 {
+        // No inputs: every output is its bias.
+        return Some(bias.map_or_else(|| vec![0.0; rows * w.d_output], |b| b.repeat(rows)));
+    }
+    if rows >= crate::bf16_tiles::MIN_ROWS
+        && let Some(tiles) = crate::bf16_tiles::Amx::usable()
+    {
+        return Some(crate::bf16_tiles::linear(&|| tiles, x, rows, w, bias));
+    }
+    Some(on_vectors(x, rows, w, bias))
+}
+
+/// [`linear_bf16_dot`] on `vdpbf16ps`, once [`has_bf16_dot`] has held.
+fn on_vectors(x: &[f32], rows: usize, w: &Bf16Rows<'_>, bias: Option<&[f32]>) -> Vec<f32> {
     let mut y = vec![0f32; rows * w.d_output];
     if rows == 0 || w.d_output == 0 {
-        return Some(y);
+        return y;
     }
     let pairs = w.d_input.div_ceil(2);
-    let a = pack_rows(x, rows, w.d_input);
-    // Tasks: stripes of outputs, and where they are few, blocks of rows too, so that every
-    // thread has several.
-    let stripes = w.d_output.div_ceil(STRIPE);
-    let wanted = 4 * rayon::current_num_threads();
+    let a = pack_rows(x, rows, w.d_input, MR, pairs);
     let blocks = rows.div_ceil(MR);
-    let splits = wanted.div_ceil(stripes).clamp(1, blocks);
-    let blocks_per_task = blocks.div_ceil(splits);
+    let tasks = Tasks::of(w.d_output, blocks);
     let out = Out(y.as_mut_ptr());
     let (out, a) = (&out, &a);
-    (0..stripes * splits).into_par_iter().for_each(|task| {
-        let (stripe, split) = (task / splits, task % splits);
-        let first = stripe * STRIPE;
-        let outputs = STRIPE.min(w.d_output - first);
-        let block_range = split * blocks_per_task..((split + 1) * blocks_per_task).min(blocks);
-        if block_range.is_empty() {
+    (0..tasks.count()).into_par_iter().for_each(|task| {
+        let (first, outputs, blocks) = tasks.task(task);
+        if blocks.is_empty() {
             return;
         }
         let packed = pack_stripe(w, first, outputs, pairs);
@@ -107,7 +125,7 @@ pub fn linear_bf16_dot(
             a,
             pairs,
             rows,
-            blocks: block_range,
+            blocks,
             packed: &packed,
             outputs,
             bias,
@@ -116,23 +134,72 @@ pub fn linear_bf16_dot(
             first,
         });
     });
-    Some(y)
+    y
+}
+
+/// The tasks of a product: stripes of [`STRIPE`] outputs, and where they are few, ranges of
+/// the blocks of rows too, so that every thread has several.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tasks {
+    d_output: usize,
+    blocks: usize,
+    splits: usize,
+    blocks_per_task: usize,
+}
+
+impl Tasks {
+    /// The tasks of `d_output` outputs by `blocks` blocks of rows.
+    pub(crate) fn of(d_output: usize, blocks: usize) -> Tasks {
+        let stripes = d_output.div_ceil(STRIPE);
+        let wanted = 4 * rayon::current_num_threads();
+        let splits = wanted.div_ceil(stripes.max(1)).clamp(1, blocks.max(1));
+        Tasks {
+            d_output,
+            blocks,
+            splits,
+            blocks_per_task: blocks.div_ceil(splits),
+        }
+    }
+
+    /// How many.
+    pub(crate) fn count(&self) -> usize {
+        self.d_output.div_ceil(STRIPE) * self.splits
+    }
+
+    /// Task `task`'s first output, its number of outputs and its blocks of rows (empty for
+    /// the last splits when the blocks run out).
+    pub(crate) fn task(&self, task: usize) -> (usize, usize, std::ops::Range<usize>) {
+        let (stripe, split) = (task / self.splits, task % self.splits);
+        let first = stripe * STRIPE;
+        let start = (split * self.blocks_per_task).min(self.blocks);
+        let end = ((split + 1) * self.blocks_per_task).min(self.blocks);
+        (first, STRIPE.min(self.d_output - first), start..end)
+    }
 }
 
 /// The output's first value, shared by the tasks: each writes only its own outputs of its own
 /// rows.
-struct Out(*mut f32);
+pub(crate) struct Out(pub(crate) *mut f32);
 // SAFETY: the tasks of `linear_bf16_dot` write disjoint elements of the output (their stripe
 // of outputs in their blocks of rows), which outlives them.
 #[allow(unsafe_code)]
 unsafe impl Sync for Out {}
 
-/// The rows of `x` rounded to `bfloat16`, `pairs` pairs a row: value `r · pairs + p` holds
-/// `x[r, 2p]` and `x[r, 2p+1]`, zero past `d_input`, and rows of zeros up to a whole block of
-/// [`MR`].
-fn pack_rows(x: &[f32], rows: usize, d_input: usize) -> Vec<u32> {
-    let pairs = d_input.div_ceil(2);
-    let mut a = vec![0u32; rows.div_ceil(MR) * MR * pairs];
+/// The rows of `x` rounded to `bfloat16`, `pairs` pairs a row (at least `d_input / 2`, rounded
+/// up): value `r · pairs + p` holds `x[r, 2p]` and `x[r, 2p+1]`, zero past `d_input`, and rows
+/// of zeros up to a whole block of `block` rows.
+pub(crate) fn pack_rows(
+    x: &[f32],
+    rows: usize,
+    d_input: usize,
+    block: usize,
+    pairs: usize,
+) -> Vec<u32> {
+    assert!(
+        2 * pairs >= d_input,
+        "{pairs} pairs hold fewer than {d_input} inputs"
+    );
+    let mut a = vec![0u32; rows.div_ceil(block) * block * pairs];
     if pairs == 0 {
         return a;
     }
@@ -152,11 +219,25 @@ fn pack_rows(x: &[f32], rows: usize, d_input: usize) -> Vec<u32> {
     a
 }
 
-/// Outputs `first..first + outputs` of `w` as panels of [`NR`] outputs, each `[p, j]`: value
-/// `(panel · pairs + p) · NR + j` holds `W[first + panel · NR + j, 2p]` and `W[.., 2p+1]`,
-/// zero past `d_input` and past the last output.
-fn pack_stripe(w: &Bf16Rows<'_>, first: usize, outputs: usize, pairs: usize) -> Vec<u32> {
+/// Outputs `first..first + outputs` of `w` as panels of [`NR`] outputs, each `[p, j]` for
+/// `pairs` pairs (at least `d_input / 2`, rounded up): value `(panel · pairs + p) · NR + j`
+/// holds `W[first + panel · NR + j, 2p]` and `W[.., 2p+1]`, zero past `d_input` and past the
+/// last output.
+pub(crate) fn pack_stripe(
+    w: &Bf16Rows<'_>,
+    first: usize,
+    outputs: usize,
+    pairs: usize,
+) -> Vec<u32> {
+    assert!(
+        2 * pairs >= w.d_input,
+        "{pairs} pairs hold fewer than {} inputs",
+        w.d_input
+    );
     let mut packed = vec![0u32; outputs.div_ceil(NR) * pairs * NR];
+    if pairs == 0 {
+        return packed;
+    }
     let full = w.d_input / 2;
     for (panel, values) in packed.chunks_exact_mut(pairs * NR).enumerate() {
         let columns = NR.min(outputs - panel * NR);
@@ -186,7 +267,8 @@ fn pack_stripe(w: &Bf16Rows<'_>, first: usize, outputs: usize, pairs: usize) -> 
                 *o = u32::from(row[2 * p]) | (u32::from(row[2 * p + 1]) << 16);
             }
         }
-        if full < pairs {
+        if w.d_input % 2 == 1 {
+            // The last pair holds one input.
             let out = &mut values[full * NR..];
             for (o, row) in out.iter_mut().zip(&rows) {
                 *o = u32::from(row[2 * full]);
@@ -472,6 +554,7 @@ mod avx512 {
 mod tests {
     use super::*;
     use crate::half::bf16_to_f32;
+    use crate::testing::bf16_products;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -490,31 +573,6 @@ mod tests {
             "past the largest bfloat16: infinity"
         );
         assert!(bf16_to_f32(round_to_bf16(f32::NAN)).is_nan());
-    }
-
-    /// `Σ bf16(x)·W + bias` in f64, and the sum of the terms' magnitudes.
-    fn definition(
-        x: &[f32],
-        rows: usize,
-        w: &Bf16Rows<'_>,
-        bias: Option<&[f32]>,
-    ) -> (Vec<f64>, Vec<f64>) {
-        let mut y = Vec::new();
-        let mut scale = Vec::new();
-        for r in 0..rows {
-            for j in 0..w.d_output {
-                let (mut sum, mut size) = (bias.map_or(0.0, |b| f64::from(b[j])), 0.0);
-                for i in 0..w.d_input {
-                    let xi = f64::from(bf16_to_f32(round_to_bf16(x[r * w.d_input + i])));
-                    let wi = f64::from(bf16_to_f32(w.values[w.offset + j * w.row + i]));
-                    sum += xi * wi;
-                    size += (xi * wi).abs();
-                }
-                y.push(sum);
-                scale.push(size + 1.0);
-            }
-        }
-        (y, scale)
     }
 
     #[test]
@@ -562,15 +620,20 @@ mod tests {
                 .collect();
             let bias: Vec<f32> = (0..d_output).map(|_| rng.random_range(-1.0..1.0)).collect();
             for bias in [None, Some(bias.as_slice())] {
-                let y = linear_bf16_dot(&x, rows, &w, bias).expect("the CPU has vdpbf16ps");
-                let (expected, scale) = definition(&x, rows, &w, bias);
-                for (k, ((&got, want), size)) in y.iter().zip(&expected).zip(&scale).enumerate() {
-                    // f32 sums of exact products: a few roundings of the running sum each.
-                    let tolerance = 1e-6 * size * (d_input as f64).sqrt();
-                    assert!(
-                        (f64::from(got) - want).abs() <= tolerance,
-                        "[{rows}, {d_input}] x [{d_output}]: y[{k}] = {got}, expected {want}"
-                    );
+                let (expected, scale) = bf16_products(&x, rows, &w, bias);
+                // The vectors, and what the CPU runs (AMX's tiles from 16 rows where it has
+                // them).
+                let dispatched = linear_bf16_dot(&x, rows, &w, bias).expect("vdpbf16ps");
+                for y in [on_vectors(&x, rows, &w, bias), dispatched] {
+                    let pairs = y.iter().zip(&expected).zip(&scale).enumerate();
+                    for (k, ((&got, want), size)) in pairs {
+                        // f32 sums of exact products: a few roundings of the running sum each.
+                        let tolerance = 1e-6 * size * (d_input as f64).sqrt();
+                        assert!(
+                            (f64::from(got) - want).abs() <= tolerance,
+                            "[{rows}, {d_input}] x [{d_output}]: y[{k}] = {got}, expected {want}"
+                        );
+                    }
                 }
             }
         }
@@ -593,7 +656,7 @@ mod tests {
         };
         let mut x = vec![1.0f32; rows * d_input];
         x[13 * d_input + 3] = f32::NAN;
-        let y = linear_bf16_dot(&x, rows, &w, None).expect("the CPU has vdpbf16ps");
+        let y = on_vectors(&x, rows, &w, None);
         for (r, row) in y.chunks(d_output).enumerate() {
             if r == 13 {
                 assert!(row.iter().all(|v| v.is_nan()), "row 13: {row:?}");

@@ -15,7 +15,7 @@
 
 use rayon::prelude::*;
 
-pub use crate::bf16_dot::{has_bf16_dot, linear_bf16_dot, round_to_bf16};
+pub use crate::bf16_dot::{bf16_dot_instructions, has_bf16_dot, linear_bf16_dot, round_to_bf16};
 use crate::instructions::Instructions;
 use crate::simd::{Kernels, Pass};
 

@@ -3,9 +3,10 @@
 //!
 //! This file names the instruction sets and the SIMD layer, never a pass; the passes name it.
 //!
-//! `ATTN_NATIVE_ISA=avx2` (or `portable`) caps what [`Instructions::Best`] picks, to measure
+//! `ATTN_NATIVE_ISA=avx512` (or `avx2`, or `portable`) caps what the kernels pick, to measure
 //! the narrower kernels on a machine that has wider ones (as PyTorch's `ATEN_CPU_CAPABILITY`
-//! does for its own); `avx512` is the default cap. Any other value is an error naming it.
+//! and oneDNN's `ONEDNN_MAX_CPU_ISA` do for their own): `avx512` leaves AMX's tiles out, and
+//! `amx`, the default, caps nothing. Any other value is an error naming it.
 
 use std::sync::OnceLock;
 
@@ -58,27 +59,50 @@ impl Instructions {
 /// Whether `ATTN_NATIVE_ISA` leaves AVX-512 to the kernels (kernels outside the [`Pass`]
 /// dispatch, such as `bf16_dot`'s, ask before they run).
 pub(crate) fn avx512_allowed() -> bool {
-    capped() == Instructions::Best
+    cap().vectors == Instructions::Best
 }
 
-/// [`Instructions::Best`] as capped by `ATTN_NATIVE_ISA`, read once per process.
+/// Whether `ATTN_NATIVE_ISA` leaves AMX's tiles to the kernels (`bf16_tiles`).
+pub(crate) fn tiles_allowed() -> bool {
+    cap().tiles
+}
+
+/// What `ATTN_NATIVE_ISA` leaves to the kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cap {
+    /// The widest vectors.
+    vectors: Instructions,
+    /// Whether AMX's tiles may run.
+    tiles: bool,
+}
+
+/// [`Instructions::Best`] as capped by `ATTN_NATIVE_ISA`.
 fn capped() -> Instructions {
-    static CAP: OnceLock<Instructions> = OnceLock::new();
+    cap().vectors
+}
+
+/// The cap of `ATTN_NATIVE_ISA`, read once per process.
+fn cap() -> Cap {
+    static CAP: OnceLock<Cap> = OnceLock::new();
     *CAP.get_or_init(|| match std::env::var("ATTN_NATIVE_ISA") {
-        Err(_) => Instructions::Best,
+        Err(_) => parse_cap("").expect("no cap is the default"),
         Ok(text) => parse_cap(&text).unwrap_or_else(|why| panic!("{why}")),
     })
 }
 
-fn parse_cap(text: &str) -> Result<Instructions, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "avx512" | "" => Ok(Instructions::Best),
-        "avx2" => Ok(Instructions::Avx2),
-        "portable" => Ok(Instructions::Portable),
-        _ => Err(format!(
-            "ATTN_NATIVE_ISA={text:?}: expected one of avx512, avx2, portable"
-        )),
-    }
+fn parse_cap(text: &str) -> Result<Cap, String> {
+    let (vectors, tiles) = match text.trim().to_ascii_lowercase().as_str() {
+        "amx" | "" => (Instructions::Best, true),
+        "avx512" => (Instructions::Best, false),
+        "avx2" => (Instructions::Avx2, false),
+        "portable" => (Instructions::Portable, false),
+        _ => {
+            return Err(format!(
+                "ATTN_NATIVE_ISA={text:?}: expected one of amx, avx512, avx2, portable"
+            ));
+        }
+    };
+    Ok(Cap { vectors, tiles })
 }
 
 #[cfg(test)]
@@ -87,9 +111,12 @@ mod tests {
 
     #[test]
     fn the_cap_names_an_instruction_set_or_is_refused() {
-        assert_eq!(parse_cap("AVX2"), Ok(Instructions::Avx2));
-        assert_eq!(parse_cap("portable"), Ok(Instructions::Portable));
-        assert_eq!(parse_cap("avx512"), Ok(Instructions::Best));
+        let cap = |vectors, tiles| Ok(Cap { vectors, tiles });
+        assert_eq!(parse_cap("AVX2"), cap(Instructions::Avx2, false));
+        assert_eq!(parse_cap("portable"), cap(Instructions::Portable, false));
+        assert_eq!(parse_cap("avx512"), cap(Instructions::Best, false));
+        assert_eq!(parse_cap("amx"), cap(Instructions::Best, true));
+        assert_eq!(parse_cap(""), cap(Instructions::Best, true));
         let Err(why) = parse_cap("sse4") else {
             panic!("sse4 was accepted as a cap");
         };

@@ -41,6 +41,7 @@
 //! rotary.rs                           rotary positions on rows
 //! products.rs                         matrix products through gemm (Matrix, product)
 //! half.rs                             products with bfloat16 weights (Bf16Rows, linear_bf16)
+//! bf16_dot.rs, bf16_tiles.rs          many rows by bfloat16 weights: vdpbf16ps, AMX tiles
 //! adam.rs                             Adam's element loop (AdamStep)
 //! problem.rs                          the inputs as slices (Problem, Rows, Broadcast)
 //! tiling.rs                           block sizes and tasks from the machine (CpuCaches)
@@ -56,8 +57,9 @@
 //!
 //! # Environment
 //!
-//! - `ATTN_NATIVE_ISA=avx2|portable` caps the instruction set of a process (to time the AVX2
-//!   loops on an AVX-512 machine); any other value is refused with a message.
+//! - `ATTN_NATIVE_ISA=avx512|avx2|portable` caps the instruction set of a process (to time the
+//!   AVX2 loops on an AVX-512 machine, or `vdpbf16ps` on one with AMX); `amx`, the default,
+//!   caps nothing. Any other value is refused with a message.
 //! - `ATTN_NATIVE_TILING` overrides the block sizes (see [`CpuCaches`] and `tiling.rs`).
 
 mod activation;
@@ -69,6 +71,7 @@ mod avx2;
 mod avx512;
 mod backward;
 mod bf16_dot;
+mod bf16_tiles;
 #[cfg(feature = "cube")]
 pub mod cube;
 mod decode;

@@ -3,6 +3,8 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::half::{Bf16Rows, bf16_to_f32, round_to_bf16};
+
 /// Seeded random inputs, the same on every platform.
 pub(crate) struct SeededRng(ChaCha8Rng);
 
@@ -60,4 +62,30 @@ pub(crate) fn assert_close_slices(
             expected[index],
         );
     }
+}
+
+/// `y = bf16(x) · Wᵀ + bias` in `f64` (the inputs rounded to `bfloat16`, every product exact),
+/// and beside each value the sum of its terms' magnitudes plus one, for its tolerance.
+pub(crate) fn bf16_products(
+    x: &[f32],
+    rows: usize,
+    w: &Bf16Rows<'_>,
+    bias: Option<&[f32]>,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut y = Vec::new();
+    let mut scale = Vec::new();
+    for r in 0..rows {
+        for j in 0..w.d_output {
+            let (mut sum, mut size) = (bias.map_or(0.0, |b| f64::from(b[j])), 0.0);
+            for i in 0..w.d_input {
+                let xi = f64::from(bf16_to_f32(round_to_bf16(x[r * w.d_input + i])));
+                let wi = f64::from(bf16_to_f32(w.values[w.offset + j * w.row + i]));
+                sum += xi * wi;
+                size += (xi * wi).abs();
+            }
+            y.push(sum);
+            scale.push(size + 1.0);
+        }
+    }
+    (y, scale)
 }

@@ -135,6 +135,19 @@ pub fn linear_serves(device: &Device) -> bool {
     super::is_flex(device)
 }
 
+/// How [`linear`] multiplies `rows` rows of `f32` inputs by a `bfloat16` weight stored as a
+/// checkpoint's rows (`[d_output, d_input]`) on `device`, by name: `amx-bf16` (AMX's tiles),
+/// `avx512bf16` (`vdpbf16ps`), `bf16 widened in registers` (a few rows, as in decoding),
+/// `f32 gemm` (the weight widened for `gemm`), or `burn` (another backend's own product).
+pub fn bf16_products(device: &Device, rows: usize) -> &'static str {
+    #[cfg(feature = "flex")]
+    if linear_serves(device) {
+        return products::bf16_instructions(rows);
+    }
+    let _ = (device, rows);
+    "burn"
+}
+
 /// `x · W + b` and its two backward products as backend operations. The provided bodies are
 /// burn's own `linear` operations (`ModuleOps::linear`, `linear_x_backward`,
 /// `linear_weight_backward`); flex overrides them with direct `gemm` calls whose outputs are
@@ -426,6 +439,15 @@ mod products {
     /// `vdpbf16ps` where it has one ([`attn_kernels::half::linear_bf16_dot`]), else the weight
     /// is widened to `f32` for `gemm`.
     const HALF_ROWS: usize = 8;
+
+    /// What [`forward_bf16`] runs `rows` rows of a weight in rows on ([`super::bf16_products`]).
+    pub(super) fn bf16_instructions(rows: usize) -> &'static str {
+        if rows <= HALF_ROWS {
+            "bf16 widened in registers"
+        } else {
+            attn_kernels::half::bf16_dot_instructions(rows).unwrap_or("f32 gemm")
+        }
+    }
 
     /// `x · weight + bias` for a `bfloat16` weight and `f32` `x` and bias: read in place when
     /// the weight is the transpose of `[d_output, d_input]` storage (a loaded checkpoint's

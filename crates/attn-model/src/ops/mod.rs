@@ -24,7 +24,7 @@ mod silu;
 
 pub use gelu::{GeluForm, GeluOps, gelu, gelu_tanh, gelu_with};
 pub use layer_norm::{LayerNormOps, layer_norm, layer_norm_serves};
-pub use linear::{LinearOps, linear, linear_serves, linears};
+pub use linear::{LinearOps, bf16_products, linear, linear_serves, linears};
 pub use rms_norm::rms_norm;
 pub use rotary::rotary;
 pub use silu::silu_gate;
