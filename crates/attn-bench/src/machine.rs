@@ -57,8 +57,8 @@ impl Machine {
     }
 }
 
-/// Bytes a [`ReadBuffer`] holds and each of its passes reads: 256 MiB, far past any cache, as STREAM asks (four times
-/// the last level at least).
+/// Bytes a [`ReadBuffer`] holds and each of its passes reads: 256 MiB, far past any cache, as
+/// STREAM asks (four times the last level at least).
 pub const BANDWIDTH_BYTES: usize = 256 << 20;
 
 /// [`BANDWIDTH_BYTES`] of `f32` to read: a STREAM-like read, the sum of every value, split

@@ -420,27 +420,34 @@ pub fn release_device_memory(device: &Device) {
 mod tests {
     use super::*;
 
+    /// `f` on a thread of its own, on a watchdog: a pool whose pollers never stopped would hang
+    /// it, and fails the test after `seconds` instead.
+    fn on_watchdog<R: Send + 'static>(seconds: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(f());
+        });
+        receiver
+            .recv_timeout(std::time::Duration::from_secs(seconds))
+            .expect("the work ends in time, without a panic")
+    }
+
     /// `f` inside a pool of `threads` threads whose other threads are kept awake, on a
-    /// watchdog: a poller that never stopped would hang the scope, and fails the test instead.
+    /// watchdog.
     fn awake_in_pool<R: Send + 'static>(
         threads: usize,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> std::thread::Result<R> {
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
+        on_watchdog(60, move || {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
                 .expect("a pool of a few threads");
             let done = AtomicBool::new(false);
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 pool.scope(|scope| with_pool_awake(scope, &done, f))
-            }));
-            let _ = sender.send(result);
-        });
-        receiver
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the scope ends once f has returned or panicked")
+            }))
+        })
     }
 
     #[test]
@@ -471,8 +478,7 @@ mod tests {
         use rayon::prelude::*;
         // Two callers' passes interleave on two threads: a thread waiting inside one pass may
         // take the other's jobs and pollers. Both must finish, with their own sums.
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
+        let sums = on_watchdog(120, || {
             let pool = std::sync::Arc::new(
                 rayon::ThreadPoolBuilder::new()
                     .num_threads(2)
@@ -503,15 +509,11 @@ mod tests {
                     })
                 })
                 .collect();
-            let sums: Vec<Vec<u64>> = callers
+            callers
                 .into_iter()
                 .map(|c| c.join().expect("no caller panics"))
-                .collect();
-            let _ = sender.send(sums);
+                .collect::<Vec<Vec<u64>>>()
         });
-        let sums = receiver
-            .recv_timeout(std::time::Duration::from_secs(120))
-            .expect("both callers' passes finish");
         for (caller, sums) in sums.iter().enumerate() {
             for (pass, &sum) in sums.iter().enumerate() {
                 // 8 × Σ_{i<4096} (i + caller + pass) = 8 × (8 386 560 + 4096 · (caller + pass))
