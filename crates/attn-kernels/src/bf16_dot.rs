@@ -554,9 +554,7 @@ mod avx512 {
 mod tests {
     use super::*;
     use crate::half::bf16_to_f32;
-    use crate::testing::bf16_products;
-    use rand::{Rng, SeedableRng};
-    use rand_chacha::ChaCha8Rng;
+    use crate::testing::{Bf16Product, SeededRng};
 
     #[test]
     fn rounding_is_to_the_nearest_bfloat16_ties_to_even() {
@@ -588,7 +586,7 @@ mod tests {
             assert_eq!(linear_bf16_dot(&[1.0], 1, &w, None), None);
             return;
         }
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut rng = SeededRng::new(7);
         // Rows around the register block (12), outputs around a panel (32) and a stripe (128),
         // inputs around a chunk of pairs (128); odd inputs leave the last pair half empty.
         for (rows, d_input, d_output) in [
@@ -603,38 +601,13 @@ mod tests {
             (30, 301, 70),
             (13, 600, 40),
         ] {
-            let row = d_input + rng.random_range(0..3);
-            let offset = rng.random_range(0..5);
-            let values: Vec<u16> = (0..offset + d_output * row)
-                .map(|_| round_to_bf16(rng.random_range(-1.0f32..1.0)))
-                .collect();
-            let w = Bf16Rows {
-                values: &values,
-                offset,
-                d_output,
-                d_input,
-                row,
-            };
-            let x: Vec<f32> = (0..rows * d_input)
-                .map(|_| rng.random_range(-2.0f32..2.0))
-                .collect();
-            let bias: Vec<f32> = (0..d_output).map(|_| rng.random_range(-1.0..1.0)).collect();
-            for bias in [None, Some(bias.as_slice())] {
-                let (expected, scale) = bf16_products(&x, rows, &w, bias);
-                // The vectors, and what the CPU runs (AMX's tiles from 16 rows where it has
-                // them).
-                let dispatched = linear_bf16_dot(&x, rows, &w, bias).expect("vdpbf16ps");
-                for y in [on_vectors(&x, rows, &w, bias), dispatched] {
-                    let pairs = y.iter().zip(&expected).zip(&scale).enumerate();
-                    for (k, ((&got, want), size)) in pairs {
-                        // f32 sums of exact products: a few roundings of the running sum each.
-                        let tolerance = 1e-6 * size * (d_input as f64).sqrt();
-                        assert!(
-                            (f64::from(got) - want).abs() <= tolerance,
-                            "[{rows}, {d_input}] x [{d_output}]: y[{k}] = {got}, expected {want}"
-                        );
-                    }
-                }
+            let product = Bf16Product::draw(&mut rng, rows, d_input, d_output);
+            let (x, w) = (&product.x, product.w());
+            for bias in [None, Some(product.bias.as_slice())] {
+                product.assert_sums(&on_vectors(x, rows, &w, bias), bias, "vdpbf16ps");
+                // What the CPU runs: AMX's tiles from 16 rows where it has them.
+                let dispatched = linear_bf16_dot(x, rows, &w, bias).expect("vdpbf16ps");
+                product.assert_sums(&dispatched, bias, "linear_bf16_dot");
             }
         }
     }

@@ -538,7 +538,7 @@ impl Tiles for Definition {
 mod tests {
     use super::*;
     use crate::half::round_to_bf16;
-    use crate::testing::{SeededRng, bf16_products};
+    use crate::testing::{Bf16Product, SeededRng};
 
     /// 16 rows of 64 bytes from `values` (row-major, 32 `bfloat16` a row).
     fn bf16_tile(value: impl Fn(usize, usize) -> f32) -> Vec<u8> {
@@ -683,40 +683,13 @@ mod tests {
             (70, 301, 300),
             (45, 600, 40),
         ] {
-            let row = d_input + rng.range(0, 2);
-            let offset = rng.range(0, 4);
-            let values: Vec<u16> = (0..offset + d_output * row)
-                .map(|_| round_to_bf16(rng.unit()))
-                .collect();
-            let w = Bf16Rows {
-                values: &values,
-                offset,
-                d_output,
-                d_input,
-                row,
-            };
-            let x: Vec<f32> = (0..rows * d_input).map(|_| 2.0 * rng.unit()).collect();
-            let bias: Vec<f32> = (0..d_output).map(|_| rng.unit()).collect();
-            for bias in [None, Some(bias.as_slice())] {
-                let (expected, scale) = bf16_products(&x, rows, &w, bias);
-                let mut runs = vec![(
-                    "the definition",
-                    linear(&Definition::new, &x, rows, &w, bias),
-                )];
+            let product = Bf16Product::draw(&mut rng, rows, d_input, d_output);
+            let (x, w) = (&product.x, product.w());
+            for bias in [None, Some(product.bias.as_slice())] {
+                let defined = linear(&Definition::new, x, rows, &w, bias);
+                product.assert_sums(&defined, bias, "the definition");
                 if let Some(amx) = Amx::usable() {
-                    runs.push(("AMX", linear(&|| amx, &x, rows, &w, bias)));
-                }
-                for (tiles, y) in runs {
-                    let values = y.iter().zip(&expected).zip(&scale).enumerate();
-                    for (k, ((&got, want), size)) in values {
-                        // f32 sums of exact products: a few roundings of each running sum.
-                        let tolerance = 1e-6 * size * (d_input as f64).sqrt();
-                        assert!(
-                            (f64::from(got) - want).abs() <= tolerance,
-                            "{tiles}, [{rows}, {d_input}] x [{d_output}]: y[{k}] = {got}, \
-                             expected {want}"
-                        );
-                    }
+                    product.assert_sums(&linear(&|| amx, x, rows, &w, bias), bias, "AMX");
                 }
             }
         }

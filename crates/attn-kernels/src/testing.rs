@@ -64,28 +64,73 @@ pub(crate) fn assert_close_slices(
     }
 }
 
-/// `y = bf16(x) · Wᵀ + bias` in `f64` (the inputs rounded to `bfloat16`, every product exact),
-/// and beside each value the sum of its terms' magnitudes plus one, for its tolerance.
-pub(crate) fn bf16_products(
-    x: &[f32],
-    rows: usize,
-    w: &Bf16Rows<'_>,
-    bias: Option<&[f32]>,
-) -> (Vec<f64>, Vec<f64>) {
-    let mut y = Vec::new();
-    let mut scale = Vec::new();
-    for r in 0..rows {
-        for j in 0..w.d_output {
-            let (mut sum, mut size) = (bias.map_or(0.0, |b| f64::from(b[j])), 0.0);
-            for i in 0..w.d_input {
-                let xi = f64::from(bf16_to_f32(round_to_bf16(x[r * w.d_input + i])));
+/// The operands of a product with `bfloat16` weights, for the kernels' tests: `W`
+/// (`[d_output, d_input]`) in rows `row` apart from `offset` (both drawn), values in [-1, 1);
+/// `x` (`[rows, d_input]`) in [-2, 2); a bias in [-1, 1).
+pub(crate) struct Bf16Product {
+    pub(crate) rows: usize,
+    pub(crate) x: Vec<f32>,
+    pub(crate) bias: Vec<f32>,
+    values: Vec<u16>,
+    offset: usize,
+    d_output: usize,
+    d_input: usize,
+    row: usize,
+}
+
+impl Bf16Product {
+    /// Operands drawn from `rng`.
+    pub(crate) fn draw(rng: &mut SeededRng, rows: usize, d_input: usize, d_output: usize) -> Self {
+        let row = d_input + rng.range(0, 2);
+        let offset = rng.range(0, 4);
+        let values = (0..offset + d_output * row)
+            .map(|_| round_to_bf16(rng.unit()))
+            .collect();
+        Bf16Product {
+            rows,
+            x: (0..rows * d_input).map(|_| 2.0 * rng.unit()).collect(),
+            bias: (0..d_output).map(|_| rng.unit()).collect(),
+            values,
+            offset,
+            d_output,
+            d_input,
+            row,
+        }
+    }
+
+    /// `W`.
+    pub(crate) fn w(&self) -> Bf16Rows<'_> {
+        Bf16Rows {
+            values: &self.values,
+            offset: self.offset,
+            d_output: self.d_output,
+            d_input: self.d_input,
+            row: self.row,
+        }
+    }
+
+    /// Asserts that `y` is `bf16(x) · Wᵀ + bias` as summed in `f64` (the inputs rounded to
+    /// `bfloat16`, every product exact), within a few `f32` roundings of each running sum;
+    /// names `what` ran and the first value off.
+    #[track_caller]
+    pub(crate) fn assert_sums(&self, y: &[f32], bias: Option<&[f32]>, what: &str) {
+        let (rows, d_input, d_output) = (self.rows, self.d_input, self.d_output);
+        assert_eq!(y.len(), rows * d_output, "{what}: y is [rows, d_output]");
+        let w = self.w();
+        for (k, &got) in y.iter().enumerate() {
+            let (r, j) = (k / d_output, k % d_output);
+            let (mut sum, mut size) = (bias.map_or(0.0, |b| f64::from(b[j])), 1.0);
+            for i in 0..d_input {
+                let xi = f64::from(bf16_to_f32(round_to_bf16(self.x[r * d_input + i])));
                 let wi = f64::from(bf16_to_f32(w.values[w.offset + j * w.row + i]));
                 sum += xi * wi;
                 size += (xi * wi).abs();
             }
-            y.push(sum);
-            scale.push(size + 1.0);
+            let tolerance = 1e-6 * size * (d_input as f64).sqrt();
+            assert!(
+                (f64::from(got) - sum).abs() <= tolerance,
+                "{what}, [{rows}, {d_input}] x [{d_output}]: y[{k}] = {got}, expected {sum}"
+            );
         }
     }
-    (y, scale)
 }
