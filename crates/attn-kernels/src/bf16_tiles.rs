@@ -538,7 +538,7 @@ impl Tiles for Definition {
 mod tests {
     use super::*;
     use crate::half::round_to_bf16;
-    use crate::testing::{Bf16Product, SeededRng};
+    use crate::testing::{Bf16Product, SeededRng, assert_a_nan_stays_in_its_row};
 
     /// 16 rows of 64 bytes from `values` (row-major, 32 `bfloat16` a row).
     fn bf16_tile(value: impl Fn(usize, usize) -> f32) -> Vec<u8> {
@@ -697,26 +697,9 @@ mod tests {
 
     #[test]
     fn a_nan_input_reaches_every_output_of_its_row_and_no_other() {
-        let (rows, d_input, d_output) = (40, 40, 40);
-        let values = vec![round_to_bf16(0.5); d_output * d_input];
-        let w = Bf16Rows {
-            values: &values,
-            offset: 0,
-            d_output,
-            d_input,
-            row: d_input,
-        };
-        let mut x = vec![1.0f32; rows * d_input];
-        for row_of_nan in [13, 37] {
-            x[row_of_nan * d_input + 3] = f32::NAN;
-        }
-        let y = linear(&Definition::new, &x, rows, &w, None);
-        for (r, row) in y.chunks(d_output).enumerate() {
-            if r == 13 || r == 37 {
-                assert!(row.iter().all(|v| v.is_nan()), "row {r}: {row:?}");
-            } else {
-                assert!(row.iter().all(|&v| v == 20.0), "row {r}: {row:?}");
-            }
-        }
+        // Rows 13 and 37: one in each block of 32 rows.
+        assert_a_nan_stays_in_its_row(40, &[13, 37], |x, w| {
+            linear(&Definition::new, x, 40, w, None)
+        });
     }
 }

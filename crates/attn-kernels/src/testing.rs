@@ -134,3 +134,34 @@ impl Bf16Product {
         }
     }
 }
+
+/// Asserts that a NaN among the inputs of rows `nan_rows` (input 3 of 40, inside the first 32
+/// that vector instructions round) reaches every output of its row and no other: `product`
+/// multiplies `rows` rows of ones, but for the NaNs, by 40 outputs' weights of 0.5.
+#[track_caller]
+pub(crate) fn assert_a_nan_stays_in_its_row(
+    rows: usize,
+    nan_rows: &[usize],
+    product: impl Fn(&[f32], &Bf16Rows<'_>) -> Vec<f32>,
+) {
+    let (d_input, d_output) = (40, 40);
+    let values = vec![round_to_bf16(0.5); d_output * d_input];
+    let w = Bf16Rows {
+        values: &values,
+        offset: 0,
+        d_output,
+        d_input,
+        row: d_input,
+    };
+    let mut x = vec![1.0f32; rows * d_input];
+    for &r in nan_rows {
+        x[r * d_input + 3] = f32::NAN;
+    }
+    for (r, row) in product(&x, &w).chunks(d_output).enumerate() {
+        if nan_rows.contains(&r) {
+            assert!(row.iter().all(|v| v.is_nan()), "row {r}: {row:?}");
+        } else {
+            assert!(row.iter().all(|&v| v == 20.0), "row {r}: {row:?}");
+        }
+    }
+}
