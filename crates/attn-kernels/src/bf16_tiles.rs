@@ -255,11 +255,25 @@ impl Amx {
 
 /// Whether one block (32 rows by 32 outputs over 48 pairs, the last tile of pairs padded) gives
 /// the same sums on the tiles `tiles` makes as on the [`Definition`]. Its inputs are multiples
-/// of 1/4 below 4, so every sum is exact in `f32` and the two agree to the bit or not at all.
+/// of 1/4 below 2 in magnitude, so every sum is exact in `f32` and the two agree to the bit or
+/// not at all.
 fn agrees_with_the_definition<T: Tiles>(tiles: impl Fn() -> T) -> bool {
     let (rows, d_input, pairs) = (BLOCK_ROWS, 70, 48);
-    let x: Vec<f32> = (0..rows * d_input)
-        .map(|i| (i * 7 % 11) as f32 / 4.0 - 1.25)
+    // The rows of x as pairs, packed here rather than by `pack_rows`: its threads, while this
+    // runs inside `Amx::usable`'s `OnceLock`, could take a task that asks for the same lock.
+    let x = |r: usize, i: usize| {
+        crate::half::round_to_bf16(((r * d_input + i) * 7 % 11) as f32 / 4.0 - 1.25)
+    };
+    let a: Vec<u32> = (0..rows)
+        .flat_map(|r| {
+            (0..pairs).map(move |p| {
+                if 2 * p < d_input {
+                    u32::from(x(r, 2 * p)) | (u32::from(x(r, 2 * p + 1)) << 16)
+                } else {
+                    0
+                }
+            })
+        })
         .collect();
     let values: Vec<u16> = (0..NR * d_input)
         .map(|i| crate::half::round_to_bf16((i * 5 % 13) as f32 / 4.0 - 1.5))
@@ -271,7 +285,6 @@ fn agrees_with_the_definition<T: Tiles>(tiles: impl Fn() -> T) -> bool {
         d_input,
         row: d_input,
     };
-    let a = pack_rows(&x, rows, d_input, BLOCK_ROWS, pairs);
     let b = pack_stripe(&w, 0, NR, pairs);
     let mut on_tiles = [f32::NAN; BLOCK_ROWS * NR];
     sums_of_one_block(tiles(), &a, pairs, &b, &mut on_tiles);
