@@ -56,7 +56,7 @@ pub fn bf16_dot_instructions(rows: usize) -> Option<&'static str> {
     if !has_bf16_dot() {
         return None;
     }
-    let tiles = rows >= crate::bf16_tiles::MIN_ROWS && crate::bf16_tiles::Amx::usable().is_some();
+    let tiles = crate::bf16_tiles::Amx::for_rows(rows).is_some();
     Some(if tiles { "amx-bf16" } else { "avx512bf16" })
 }
 
@@ -93,9 +93,7 @@ pub fn linear_bf16_dot(
         // No inputs: every output is its bias.
         return Some(bias.map_or_else(|| vec![0.0; rows * w.d_output], |b| b.repeat(rows)));
     }
-    if rows >= crate::bf16_tiles::MIN_ROWS
-        && let Some(tiles) = crate::bf16_tiles::Amx::usable()
-    {
+    if let Some(tiles) = crate::bf16_tiles::Amx::for_rows(rows) {
         return Some(crate::bf16_tiles::linear(&|| tiles, x, rows, w, bias));
     }
     Some(on_vectors(x, rows, w, bias))
@@ -554,7 +552,7 @@ mod avx512 {
 mod tests {
     use super::*;
     use crate::half::bf16_to_f32;
-    use crate::testing::{Bf16Product, SeededRng, assert_a_nan_stays_in_its_row};
+    use crate::testing::{assert_a_nan_stays_in_its_row, for_each_bf16_product};
 
     #[test]
     fn rounding_is_to_the_nearest_bfloat16_ties_to_even() {
@@ -586,10 +584,9 @@ mod tests {
             assert_eq!(linear_bf16_dot(&[1.0], 1, &w, None), None);
             return;
         }
-        let mut rng = SeededRng::new(7);
         // Rows around the register block (12), outputs around a panel (32) and a stripe (128),
         // inputs around a chunk of pairs (128); odd inputs leave the last pair half empty.
-        for (rows, d_input, d_output) in [
+        let shapes = [
             (1, 1, 1),
             (13, 7, 33),
             (12, 64, 32),
@@ -600,16 +597,14 @@ mod tests {
             // Past one chunk of pairs (KC = 128): the sums go on from what was written.
             (30, 301, 70),
             (13, 600, 40),
-        ] {
-            let product = Bf16Product::draw(&mut rng, rows, d_input, d_output);
-            let (x, w) = (&product.x, product.w());
-            for bias in [None, Some(product.bias.as_slice())] {
-                product.assert_sums(&on_vectors(x, rows, &w, bias), bias, "vdpbf16ps");
-                // What the CPU runs: AMX's tiles from 16 rows where it has them.
-                let dispatched = linear_bf16_dot(x, rows, &w, bias).expect("vdpbf16ps");
-                product.assert_sums(&dispatched, bias, "linear_bf16_dot");
-            }
-        }
+        ];
+        for_each_bf16_product(7, &shapes, |product, bias| {
+            let (x, rows, w) = (&product.x, product.rows, product.w());
+            product.assert_sums(&on_vectors(x, rows, &w, bias), bias, "vdpbf16ps");
+            // What the CPU runs: AMX's tiles from 16 rows where it has them.
+            let dispatched = linear_bf16_dot(x, rows, &w, bias).expect("vdpbf16ps");
+            product.assert_sums(&dispatched, bias, "linear_bf16_dot");
+        });
     }
 
     #[test]

@@ -49,7 +49,7 @@ const BLOCK_ROWS: usize = 2 * TILE;
 
 /// Rows from which [`linear_bf16_dot`](crate::half::linear_bf16_dot) takes the tiles: fewer
 /// would leave most of a block's rows empty.
-pub(crate) const MIN_ROWS: usize = TILE;
+const MIN_ROWS: usize = TILE;
 
 /// `ldtilecfg`'s operand for palette 1, as Intel lays it out: the palette (byte 0), the start
 /// row (byte 1, zero), reserved bytes, then the bytes per row of tiles 0 to 15 (16-bit, from
@@ -212,6 +212,12 @@ unsafe fn block_sums<T: Tiles>(
 pub(crate) struct Amx(());
 
 impl Amx {
+    /// The tiles that multiply `rows` rows: from [`MIN_ROWS`] on, where [`Amx::usable`] gives
+    /// them.
+    pub(crate) fn for_rows(rows: usize) -> Option<Amx> {
+        (rows >= MIN_ROWS).then(Amx::usable).flatten()
+    }
+
     /// The CPU's tiles, where [`Amx::granted`] gives them, `ATTN_NATIVE_ISA` leaves them to the
     /// kernels, and one block multiplied on them gives the definition's sums. Decided once per
     /// process.
@@ -551,7 +557,7 @@ impl Tiles for Definition {
 mod tests {
     use super::*;
     use crate::half::round_to_bf16;
-    use crate::testing::{Bf16Product, SeededRng, assert_a_nan_stays_in_its_row};
+    use crate::testing::{assert_a_nan_stays_in_its_row, for_each_bf16_product};
 
     /// 16 rows of 64 bytes from `values` (row-major, 32 `bfloat16` a row).
     fn bf16_tile(value: impl Fn(usize, usize) -> f32) -> Vec<u8> {
@@ -682,11 +688,10 @@ mod tests {
 
     #[test]
     fn equals_the_sums_of_the_rounded_inputs_on_the_definition_and_on_the_cpus_tiles() {
-        let mut rng = SeededRng::new(11);
         // Rows around a tile (16) and a block (32), outputs around a tile (16), a panel (32)
         // and a task's stripe (128), inputs around a tile of pairs (32 inputs); odd inputs
         // leave the last pair half empty.
-        for (rows, d_input, d_output) in [
+        let shapes = [
             (16, 1, 1),
             (17, 7, 33),
             (32, 32, 32),
@@ -695,17 +700,15 @@ mod tests {
             (47, 0, 5),
             (70, 301, 300),
             (45, 600, 40),
-        ] {
-            let product = Bf16Product::draw(&mut rng, rows, d_input, d_output);
-            let (x, w) = (&product.x, product.w());
-            for bias in [None, Some(product.bias.as_slice())] {
-                let defined = linear(&Definition::new, x, rows, &w, bias);
-                product.assert_sums(&defined, bias, "the definition");
-                if let Some(amx) = Amx::usable() {
-                    product.assert_sums(&linear(&|| amx, x, rows, &w, bias), bias, "AMX");
-                }
+        ];
+        for_each_bf16_product(11, &shapes, |product, bias| {
+            let (x, rows, w) = (&product.x, product.rows, product.w());
+            let defined = linear(&Definition::new, x, rows, &w, bias);
+            product.assert_sums(&defined, bias, "the definition");
+            if let Some(amx) = Amx::usable() {
+                product.assert_sums(&linear(&|| amx, x, rows, &w, bias), bias, "AMX");
             }
-        }
+        });
     }
 
     #[test]

@@ -135,6 +135,22 @@ impl Bf16Product {
     }
 }
 
+/// For each `(rows, d_input, d_output)` of `shapes`, operands drawn from a generator seeded
+/// with `seed`, and `check` run on them without a bias and with one.
+pub(crate) fn for_each_bf16_product(
+    seed: u64,
+    shapes: &[(usize, usize, usize)],
+    check: impl Fn(&Bf16Product, Option<&[f32]>),
+) {
+    let mut rng = SeededRng::new(seed);
+    for &(rows, d_input, d_output) in shapes {
+        let product = Bf16Product::draw(&mut rng, rows, d_input, d_output);
+        for bias in [None, Some(product.bias.as_slice())] {
+            check(&product, bias);
+        }
+    }
+}
+
 /// Asserts that a NaN among the inputs of rows `nan_rows` (input 3 of 40, inside the first 32
 /// that vector instructions round) reaches every output of its row and no other: `product`
 /// multiplies `rows` rows of ones, but for the NaNs, by 40 outputs' weights of 0.5.
