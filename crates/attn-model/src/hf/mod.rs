@@ -30,6 +30,7 @@
 //! println!("{:?}", new.tokens().unwrap());
 //! ```
 
+mod auto;
 mod bert;
 mod chat;
 mod config;
@@ -39,6 +40,7 @@ mod llama;
 
 use std::path::Path;
 
+pub use auto::{AutoModel, Family, MODEL_TYPES};
 pub use bert::{Bert, BertOutput};
 pub use chat::{
     CHAT_MAX_BYTES, CHAT_MAX_CHAIN, CHAT_PROMPT_MAX_BYTES, CHAT_RECURSION_LIMIT, CHAT_RENDER_FUEL,
