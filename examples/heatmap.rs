@@ -2,7 +2,7 @@
 //!
 //! Draws the attention of every head of a trained model, read back from a checkpoint.
 //!
-//! The folder is one written by `attn-train --out DIR` (see `docs/training.md`); the program
+//! The folder is one written by `attn train --out DIR` (see `docs/training.md`); the program
 //! reads from it:
 //!
 //! - `DIR/config.json`: the task and the model's sizes, from which the model is rebuilt
@@ -150,7 +150,7 @@ fn find_checkpoint(dir: &Path, step: Option<usize>) -> Result<PathBuf> {
             .with_context(|| format!("finding the latest checkpoint in {}", dir.display()))?
             .with_context(|| {
                 format!(
-                    "{} holds no checkpoint; train with `attn-train --out {}` first",
+                    "{} holds no checkpoint; train with `attn train --out {}` first",
                     dir.display(),
                     dir.display()
                 )

@@ -24,6 +24,7 @@
 //! and the `docs/` pages, one concept per page.
 
 pub use attn_core as core;
+pub use attn_infer as infer;
 pub use attn_model as model;
 pub use attn_pos as pos;
 pub use attn_train as train;

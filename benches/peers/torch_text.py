@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer of `attn-train --task text`: nanoGPT's `shakespeare_char` model trained on the CPU.
+"""PyTorch peer of `attn train --task text`: nanoGPT's `shakespeare_char` model trained on the CPU.
 
     /root/peers/bin/python benches/peers/torch_text.py --data input.txt --threads 2 > torch_text.jsonl
     /root/peers/bin/python benches/peers/torch_text.py --data input.txt --steps 30 --eval-every 10

@@ -235,18 +235,18 @@ pub struct Overrides {
     /// backwards) or text (a language model on --data; it switches to nanoGPT's recipe:
     /// --seq-len 64, GELU, a tied head, AdamW with weight decay 0.1 on matrices, cosine decay
     /// to 0.1 × lr)
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Task and data")]
     pub task: Option<TaskKind>,
     /// text: the text files to train on, in order (a folder stands for its files); the first
     /// 90% trains, the last 10% validates
-    #[arg(long, value_name = "FILE", num_args = 1..)]
+    #[arg(long, value_name = "FILE", num_args = 1.., help_heading = "Task and data")]
     pub data: Option<Vec<PathBuf>>,
     /// text: char (one token per character), bpe:N (a byte-level BPE of N tokens trained on
     /// the text) or the path of a tokenizer.json
-    #[arg(long, value_name = "char|bpe:N|FILE.json")]
+    #[arg(long, value_name = "char|bpe:N|FILE.json", help_heading = "Task and data")]
     pub tokenizer: Option<TokenizerChoice>,
     /// text: read bytes that are not UTF-8 as U+FFFD instead of refusing the file
-    #[arg(long)]
+    #[arg(long, help_heading = "Task and data")]
     pub lossy: bool,
     /// Backend, one compiled into this build (default: flex where compiled in, else the first
     /// backend compiled in); a comma-separated list (`flex,flex`, `wgpu:0,wgpu:1`) trains one
@@ -254,92 +254,93 @@ pub struct Overrides {
     #[arg(
         long,
         visible_alias = "devices",
-        value_name = "flex|ndarray|wgpu|vulkan|metal|cuda"
+        value_name = "flex|ndarray|wgpu|vulkan|metal|cuda",
+        help_heading = "Loop"
     )]
     pub device: Option<String>,
     /// Optimizer updates; the learning-rate schedule spans them
-    #[arg(long)]
+    #[arg(long, help_heading = "Loop")]
     pub steps: Option<usize>,
     /// Sequences per update
-    #[arg(long)]
+    #[arg(long, help_heading = "Loop")]
     pub batch_size: Option<usize>,
     /// Tokens per sequence
-    #[arg(long)]
+    #[arg(long, help_heading = "Task and data")]
     pub seq_len: Option<usize>,
     /// Distinct symbols for copy, reverse and sort
-    #[arg(long)]
+    #[arg(long, help_heading = "Task and data")]
     pub vocab: Option<usize>,
     /// context: least distance between the ambiguous word and its cue
-    #[arg(long)]
+    #[arg(long, help_heading = "Task and data")]
     pub min_distance: Option<usize>,
     /// add: digits of each operand
-    #[arg(long)]
+    #[arg(long, help_heading = "Task and data")]
     pub digits: Option<usize>,
     /// context: the long-range setting, the cue 30 or more positions away (seq_len 48 unless
     /// --seq-len says otherwise)
-    #[arg(long)]
+    #[arg(long, help_heading = "Task and data")]
     pub long_range: bool,
     /// Model width
-    #[arg(long)]
+    #[arg(long, help_heading = "Model")]
     pub d_model: Option<usize>,
     /// Attention heads per layer
-    #[arg(long)]
+    #[arg(long, help_heading = "Model")]
     pub n_heads: Option<usize>,
     /// Encoder layers
-    #[arg(long)]
+    #[arg(long, help_heading = "Model")]
     pub n_layers: Option<usize>,
     /// Feed-forward hidden width
-    #[arg(long)]
+    #[arg(long, help_heading = "Model")]
     pub d_ff: Option<usize>,
     /// Dropout probability while training
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = "Model")]
     pub dropout: Option<f64>,
     /// Positional scheme
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Model")]
     pub pos: Option<PosName>,
     /// LayerNorm placement; post drops the final LayerNorm unless --final-norm true keeps it
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Model")]
     pub norm: Option<Norm>,
     /// A LayerNorm after the last layer (default: with pre-norm, not with post-norm, whose last
     /// block already ends in one)
-    #[arg(long)]
+    #[arg(long, help_heading = "Model")]
     pub final_norm: Option<bool>,
     /// Feed-forward non-linearity
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Model")]
     pub activation: Option<Act>,
     /// Adam or AdamW
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Optimizer")]
     pub optimizer: Option<OptimizerKind>,
     /// Peak learning rate
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = "Optimizer")]
     pub lr: Option<f64>,
     /// Warm-up updates
-    #[arg(long)]
+    #[arg(long, help_heading = "Optimizer")]
     pub warmup_steps: Option<usize>,
     /// Learning-rate decay after warm-up
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, help_heading = "Optimizer")]
     pub decay: Option<Decay>,
     /// Weight decay (AdamW: decoupled, on matrices only; Adam: added to the gradient)
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = "Optimizer")]
     pub weight_decay: Option<f64>,
     /// Largest global gradient norm; 0 turns clipping off, negative or NaN is refused
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = "Optimizer")]
     pub grad_clip: Option<f32>,
     /// Evaluate every this many steps
-    #[arg(long)]
+    #[arg(long, help_heading = "Loop")]
     pub eval_every: Option<usize>,
     /// Held-out sequences
-    #[arg(long)]
+    #[arg(long, help_heading = "Loop")]
     pub eval_sequences: Option<usize>,
     /// Checkpoint every this many steps; 0: only at the end
-    #[arg(long)]
+    #[arg(long, help_heading = "Run folder")]
     pub checkpoint_every: Option<usize>,
     /// Also checkpoint when this many seconds have passed since the last checkpoint; 0: never
     /// by time
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, help_heading = "Run folder")]
     pub checkpoint_seconds: Option<f64>,
     /// Seed of every random stream
-    #[arg(long)]
+    #[arg(long, help_heading = "Loop")]
     pub seed: Option<u64>,
 }
 

@@ -42,7 +42,7 @@ pub enum TrainError {
     },
     /// An output folder that holds files already, for a fresh run.
     #[error(
-        "{} is not empty ({found}); give another --out, continue that run with --resume {}, \
+        "{} is not empty ({found}); give another --out, continue that run with `attn resume {}`, \
          or replace the files an earlier run wrote there with --overwrite",
         path.display(),
         path.display()

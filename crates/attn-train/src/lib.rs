@@ -1,9 +1,9 @@
 //! Training for the `attn` workspace: synthetic sequence tasks, the training loop, checkpoints,
 //! metrics and plots, and the choice of backend.
 //!
-//! This is the only crate of the workspace that picks a device, reads the clock, prints, or
-//! touches files. The `attn-train` binary is a thin command line over [`train::run`] and
-//! [`train::resume`], its flags [`config::Overrides`] of a [`TrainConfig`].
+//! Training alone: generation, chat and the explorer are `attn-infer`'s, and the `attn` program
+//! (`attn-cli`) is a thin command line over [`train::run`] and [`train::resume`], its flags
+//! [`config::Overrides`] of a [`TrainConfig`].
 //!
 //! One module per job:
 //!
@@ -12,13 +12,11 @@
 //! - [`text`]: the `text` task's data: files, tokenizers, splits, and text written by a model;
 //! - [`model`]: the model a task trains (encoder, decoder-only or encoder-decoder), its
 //!   teacher-forced logits and its predictions, generated for the decoders;
-//! - [`generate`]: generation from a trained run's checkpoint, token by token;
 //! - [`config`]: the whole configuration, and the command line's overrides of it;
 //! - [`train`]: the loop, fresh or resumed;
 //! - [`loss`]: the objective, shared by training and evaluation;
 //! - [`evaluate`]: the held-out set and a model's loss and accuracies on it;
 //! - [`inspect`]: attention weights of every head, heatmaps, cue attention;
-//! - [`view`]: the attention explorer, one HTML page of a run's or a Hugging Face model's heads;
 //! - [`schedule`]: the learning rate, run by burn's schedulers;
 //! - [`clip`]: global-norm gradient clipping;
 //! - [`budget`]: the memory a run will take, checked before anything is allocated;
@@ -52,8 +50,6 @@ pub mod config;
 pub mod error;
 pub mod evaluate;
 pub mod files;
-pub mod folder;
-pub mod generate;
 pub mod inspect;
 pub mod loss;
 pub mod metrics;
@@ -61,13 +57,11 @@ pub mod model;
 pub mod plot;
 mod progress;
 pub mod random;
-pub mod render;
 pub mod run_dir;
 pub mod schedule;
 pub mod tasks;
 pub mod text;
 pub mod train;
-pub mod view;
 
 pub use config::TrainConfig;
 pub use error::TrainError;

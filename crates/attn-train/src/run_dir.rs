@@ -443,7 +443,7 @@ mod tests {
         let message = err.to_string();
         assert!(message.contains("notes.md"), "{message}");
         assert!(
-            message.contains("--resume") && message.contains("--overwrite"),
+            message.contains("attn resume") && message.contains("--overwrite"),
             "{message}"
         );
         std::fs::remove_dir_all(&root).expect("cleanup");

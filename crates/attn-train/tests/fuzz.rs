@@ -1,7 +1,7 @@
 //! Fuzz tests of the files a run reads back: the run's `config.json`, `metrics.csv` and
 //! `timings.csv`, the text task's `tokenizer.json` (the run's own and Hugging Face's), its
 //! token files and its corpus, and a checkpoint's `manifest.json`, `state.json` and burn
-//! records. Real files come from two tiny runs of the `attn-train` program (a `text` run and a
+//! records. Real files come from two tiny runs trained through the library ([`train::run`]) (a `text` run and a
 //! `reverse` run) and from the Hugging Face test folders; each case mutates one (bytes flipped,
 //! truncated, spliced; JSON values made huge, negative, overflowing or of the wrong type; keys
 //! duplicated; values nested deep) and reads it back, which must give `Ok` or a typed error
@@ -14,12 +14,13 @@
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use attn_testing::mutate::{self, Mutated};
 use attn_train::checkpoint;
-use attn_train::config::TrainConfig;
+use attn_train::config::{Overrides, TrainConfig};
+use attn_train::train::{self, RunOptions};
+use clap::Parser;
 use attn_train::metrics::MetricsLog;
 use attn_train::model::Model;
 use attn_train::text::{TextData, TextTokenizer, TokenizerChoice};
@@ -36,6 +37,13 @@ const TEXT_SHARE: u32 = 4;
 
 /// The sequence length of the text run.
 const SEQ_LEN: usize = 8;
+
+/// The training flags, parsed as `attn train` parses them.
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    overrides: Overrides,
+}
 
 /// The two tiny runs every test mutates the files of, made once.
 struct Runs {
@@ -88,46 +96,39 @@ fn runs() -> &'static Runs {
             "1",
             "--checkpoint-seconds",
             "0",
-            "--quiet",
-            "--no-plots",
             "--device",
             device,
         ];
         let corpus_arg = corpus.display().to_string();
-        let text_arg = text.display().to_string();
-        let reverse_arg = reverse.display().to_string();
-        for args in [
-            vec![
-                "--task",
-                "text",
-                "--data",
-                &corpus_arg,
-                "--seq-len",
-                &seq_len,
-                "--out",
-                &text_arg,
-            ],
-            vec![
-                "--task",
-                "reverse",
-                "--seq-len",
-                "5",
-                "--vocab",
-                "3",
-                "--out",
-                &reverse_arg,
-            ],
+        for (args, out) in [
+            (
+                vec![
+                    "--task",
+                    "text",
+                    "--data",
+                    &corpus_arg,
+                    "--seq-len",
+                    &seq_len,
+                ],
+                &text,
+            ),
+            (
+                vec!["--task", "reverse", "--seq-len", "5", "--vocab", "3"],
+                &reverse,
+            ),
         ] {
-            let output = Command::new(env!("CARGO_BIN_EXE_attn-train"))
-                .args(&args)
-                .args(common)
-                .output()
-                .expect("attn-train runs");
-            assert!(
-                output.status.success(),
-                "{args:?}: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
+            let flags = Flags::try_parse_from(std::iter::once("train").chain(args).chain(common))
+                .expect("the flags parse");
+            let mut config = TrainConfig::default();
+            config.apply(&flags.overrides).expect("the flags apply");
+            let options = RunOptions {
+                out: Some(out.clone()),
+                skip_plots: true,
+                ..RunOptions::default()
+            };
+            if let Err(error) = train::run(&config, &options) {
+                panic!("{}: {error}", out.display());
+            }
         }
         Runs {
             text,

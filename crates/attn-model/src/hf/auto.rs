@@ -167,11 +167,11 @@ impl AutoModel {
     ///
     /// # Errors
     /// The model itself, when it is an encoder.
-    pub fn into_decoder(self) -> Result<TokenDecoder, Self> {
+    pub fn into_decoder(self) -> Result<TokenDecoder, Box<Self>> {
         match self {
             Self::Gpt2(model) => Ok(model.into_model()),
             Self::Llama(_, model) => Ok(model.into_model()),
-            bert @ Self::Bert(_) => Err(bert),
+            bert @ Self::Bert(_) => Err(Box::new(bert)),
         }
     }
 }

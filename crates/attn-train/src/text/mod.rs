@@ -25,7 +25,7 @@ mod tokens;
 
 pub use corpus::{Chunk, Side, Sources};
 pub use sample::{Continuation, continue_text};
-pub use tokenizer::{TextTokenizer, TokenizerChoice};
+pub use tokenizer::{TextTokenizer, TokenizerChoice, read_tokenizer};
 pub use tokens::Tokens;
 
 use crate::run_dir::RunDir;

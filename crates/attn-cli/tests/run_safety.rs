@@ -1,4 +1,4 @@
-//! The `attn-train` program as a user meets it: run folders that hold other files, SIGINT in
+//! The `attn` program as a user meets it: run folders that hold other files, SIGINT in
 //! the middle of a run, checkpoints with flipped bytes, inputs that cannot work, a diverging
 //! run, and the same seed twice. Every run is tiny, so each test takes seconds.
 
@@ -12,7 +12,7 @@ use attn_train::checkpoint;
 /// A fresh, missing folder under the system's temporary folder.
 fn temp(name: &str, device: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
-        "attn-train-safety-{name}-{device}-{}",
+        "attn-safety-{name}-{device}-{}",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
@@ -43,7 +43,7 @@ fn tiny(device: &str, extra: &[&str]) -> Vec<String> {
             .iter()
             .any(|e| *e == flag || e.starts_with(&format!("{flag}=")))
     };
-    let mut args = vec!["--no-plots".to_string()];
+    let mut args = vec!["train".to_string(), "--no-plots".to_string()];
     for (flag, value) in base {
         // `context` has its own words, so the tiny run's --vocab is not for it.
         let context = flag == "--vocab" && extra.contains(&"context");
@@ -55,18 +55,18 @@ fn tiny(device: &str, extra: &[&str]) -> Vec<String> {
     args
 }
 
-fn attn_train(args: &[String]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_attn-train"))
+fn attn(args: &[String]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_attn"))
         .args(args)
         .output()
-        .expect("attn-train runs")
+        .expect("attn runs")
 }
 
 /// `tiny` with `extra`, run to the end; panics with its stderr unless it succeeds.
 fn train(device: &str, extra: &[&str]) -> Output {
     let mut args = tiny(device, extra);
     args.push("--quiet".into());
-    let output = attn_train(&args);
+    let output = attn(&args);
     assert!(
         output.status.success(),
         "{args:?} failed: {}",
@@ -172,11 +172,11 @@ fn a_folder_holding_a_users_files_keeps_them() {
         let out_arg = out.display().to_string();
 
         let args = tiny(d.name, &["--steps", "2", "--quiet", "--out", &out_arg]);
-        let refused = attn_train(&args);
+        let refused = attn(&args);
         assert!(!refused.status.success(), "a folder with files is refused");
         let message = stderr(&refused);
         assert!(
-            message.contains("--resume") && message.contains("--overwrite"),
+            message.contains("attn resume") && message.contains("--overwrite"),
             "{message}"
         );
         assert_eq!(listing(&out), before, "nothing written or removed");
@@ -217,12 +217,12 @@ fn sigint_mid_run_then_resume_ends_like_an_unbroken_run() {
         let split = temp("sigint-split", d.name);
         let split_arg = split.display().to_string();
         let args = tiny(d.name, &[&flags[..], &["--out", &split_arg]].concat());
-        let mut child = Command::new(env!("CARGO_BIN_EXE_attn-train"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_attn"))
             .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("attn-train starts");
+            .expect("attn starts");
         let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
         // Progress lines come at each evaluation: the first says training is under way.
         let first = lines
@@ -244,15 +244,15 @@ fn sigint_mid_run_then_resume_ends_like_an_unbroken_run() {
             .find_map(|l| l.strip_prefix("resume with: "))
             .unwrap_or_else(|| panic!("no resume command in {rest:?}"));
         assert!(
-            resume_line.ends_with(&format!("--resume {} --no-plots", split.display())),
+            resume_line.ends_with(&format!("resume {} --no-plots", split.display())),
             "{resume_line}"
         );
         let (stopped, _) = checkpoint::newest_intact(&split).expect("a checkpoint");
         let step = checkpoint::verify(&stopped).expect("intact");
         assert!((20..400).contains(&step), "stopped at step {step}");
 
-        let resumed = attn_train(&[
-            "--resume".into(),
+        let resumed = attn(&[
+            "resume".into(),
             split.display().to_string(),
             "--quiet".into(),
             "--no-plots".into(),
@@ -306,8 +306,8 @@ fn flipped_bytes_in_each_checkpoint_file_are_detected_and_an_older_one_used() {
             let copy = temp(&format!("flip-{file}"), d.name);
             copy_dir(&base, &copy);
             spoil(&copy.join(&newest).join(file));
-            let resumed = attn_train(&[
-                "--resume".into(),
+            let resumed = attn(&[
+                "resume".into(),
                 copy.display().to_string(),
                 "--quiet".into(),
                 "--no-plots".into(),
@@ -332,7 +332,7 @@ fn flipped_bytes_in_each_checkpoint_file_are_detected_and_an_older_one_used() {
         for step in ["step-000002", "step-000004"] {
             spoil_byte(&base.join("checkpoints").join(step).join("optimizer.bpk"));
         }
-        let resumed = attn_train(&["--resume".into(), base_arg.clone(), "--quiet".into()]);
+        let resumed = attn(&["resume".into(), base_arg.clone(), "--quiet".into()]);
         let message = stderr(&resumed);
         assert!(!resumed.status.success(), "{message}");
         assert!(
@@ -401,7 +401,7 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
             d.name,
             &[&["--steps", "2", "--out", &out_arg], &extra[..]].concat(),
         );
-        let output = attn_train(&args);
+        let output = attn(&args);
         let message = stderr(&output);
         assert!(!output.status.success(), "{extra:?} accepted");
         assert_eq!(
@@ -420,7 +420,7 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
     // A learned table of 10^12 positions from a file (the tiny run's --seq-len would resize
     // it, so the run is the default one).
     let out = temp("refused-learned", d.name);
-    let output = attn_train(&[
+    let output = attn(&[
         "--config".into(),
         learned,
         "--out".into(),
@@ -451,8 +451,8 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
         .collect();
     for (flag, expected) in [("--steps", "--steps is 2"), ("--stop-at", "--stop-at is 3")] {
         let value = if flag == "--steps" { "2" } else { "3" };
-        let output = attn_train(&[
-            "--resume".into(),
+        let output = attn(&[
+            "resume".into(),
             run_arg.clone(),
             flag.into(),
             value.into(),
@@ -486,7 +486,7 @@ fn a_resumed_configuration_that_differs_names_the_field_and_both_values() {
     let edited = text.replacen("\"d_model\": 8", "\"d_model\": 12", 1);
     assert_ne!(edited, text);
     std::fs::write(&config, edited).expect("edited");
-    let output = attn_train(&["--resume".into(), run_arg, "--steps".into(), "4".into()]);
+    let output = attn(&["resume".into(), run_arg, "--steps".into(), "4".into()]);
     let message = stderr(&output);
     assert!(!output.status.success(), "{message}");
     assert_eq!(
@@ -523,7 +523,7 @@ fn a_huge_learning_rate_stops_as_diverged_without_a_checkpoint_of_diverged_weigh
             &run_arg,
         ],
     );
-    let output = attn_train(&args);
+    let output = attn(&args);
     let message = stderr(&output);
     assert!(!output.status.success(), "{message}");
     assert_eq!(message.matches("the run diverged").count(), 1, "{message}");
@@ -597,7 +597,7 @@ fn links_and_users_files_where_the_run_writes_stop_it_and_stay_as_they_are() {
     }
     let others = contents(&other);
     let overwrite = || {
-        let output = attn_train(&tiny(
+        let output = attn(&tiny(
             d.name,
             &["--steps", "2", "--quiet", "--out", &run_arg, "--overwrite"],
         ));
@@ -660,7 +660,7 @@ fn a_second_run_into_a_folder_in_use_is_refused_and_a_listed_file_behind_a_link_
     let held = std::fs::File::open(&run).expect("opened");
     held.try_lock().expect("locked");
     for args in [
-        ["--resume", &run_arg, "--steps", "3", "--quiet"]
+        ["resume", &run_arg, "--steps", "3", "--quiet"]
             .map(String::from)
             .to_vec(),
         tiny(
@@ -668,13 +668,13 @@ fn a_second_run_into_a_folder_in_use_is_refused_and_a_listed_file_behind_a_link_
             &["--steps", "2", "--quiet", "--out", &run_arg, "--overwrite"],
         ),
     ] {
-        let output = attn_train(&args);
+        let output = attn(&args);
         let message = stderr(&output);
         assert!(!output.status.success(), "{args:?} went ahead");
         assert!(message.contains("is in use by another run"), "{message}");
     }
     drop(held);
-    let resumed = attn_train(&["--resume", &run_arg, "--steps", "3", "--quiet"].map(String::from));
+    let resumed = attn(&["resume", &run_arg, "--steps", "3", "--quiet"].map(String::from));
     assert!(resumed.status.success(), "{}", stderr(&resumed));
 
     // A manifest entry reached through a linked folder: the file behind the link stays.
@@ -708,7 +708,7 @@ fn fifos_and_names_that_are_not_utf8_are_refused_before_anything_is_written() {
         .expect("mkfifo runs");
     assert!(made.success());
     let out = base.join("out");
-    let output = attn_train(&tiny(
+    let output = attn(&tiny(
         d.name,
         &[
             "--steps",
@@ -725,12 +725,12 @@ fn fifos_and_names_that_are_not_utf8_are_refused_before_anything_is_written() {
     assert!(!out.exists());
 
     let bad = base.join(std::ffi::OsStr::from_bytes(b"run-\xff"));
-    let output = Command::new(env!("CARGO_BIN_EXE_attn-train"))
+    let output = Command::new(env!("CARGO_BIN_EXE_attn"))
         .args(tiny(d.name, &["--steps", "2"]))
         .arg("--out")
         .arg(&bad)
         .output()
-        .expect("attn-train runs");
+        .expect("attn runs");
     let message = stderr(&output);
     assert!(!output.status.success());
     assert!(message.contains("is not valid UTF-8"), "{message}");

@@ -1,4 +1,4 @@
-//! `attn-train view` end to end: pages of Hugging Face GPT-2, BERT and Llama folders and of a trained
+//! `attn view` end to end: pages of Hugging Face GPT-2, BERT and Llama folders and of a trained
 //! translate run, read back from the file, and the refusal to write over a file that is not
 //! such a page; and the weights the explorer collects from GPT-2, BERT, Llama and Mistral
 //! folders against transformers' own attentions.
@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const PROGRAM: &str = env!("CARGO_BIN_EXE_attn-train");
+const PROGRAM: &str = env!("CARGO_BIN_EXE_attn");
 
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("attn-train-view-{name}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("attn-view-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("creates the test folder");
     dir
@@ -50,7 +50,6 @@ fn gpt2_bert_and_llama_folders_give_one_view_of_their_tokenizers_tokens() {
         let page = dir.join(format!("{name}.html"));
         let output = run(&[
             "view",
-            "--model",
             path(&folder),
             "--text",
             &reference.text,
@@ -99,6 +98,7 @@ fn a_translate_run_gives_decoder_and_cross_views_and_other_files_are_never_repla
     let dir = temp_dir("translate");
     let out = dir.join("run");
     let train = run(&[
+        "train",
         "--task",
         "translate",
         "--seq-len",
@@ -134,7 +134,6 @@ fn a_translate_run_gives_decoder_and_cross_views_and_other_files_are_never_repla
     let page = dir.join("translate.html");
     let args = [
         "view",
-        "--run",
         path(&out),
         "--text",
         "three one four one",
@@ -170,10 +169,10 @@ fn a_translate_run_gives_decoder_and_cross_views_and_other_files_are_never_repla
     let notes = dir.join("notes.html");
     std::fs::write(&notes, "my notes").expect("writes");
     let mut args = args;
-    args[6] = path(&notes);
+    args[5] = path(&notes);
     let refused = run(&args);
     assert!(!refused.status.success());
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("is not an explorer page"));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is not a page this program wrote"));
     assert_eq!(std::fs::read_to_string(&notes).expect("notes"), "my notes");
     std::fs::remove_dir_all(dir).ok();
 }
@@ -203,7 +202,7 @@ fn the_weights_of_gpt2_bert_llama_and_mistral_folders_are_transformers_attention
         attn_testing::for_each_device(|d| {
             let what = format!("{name} on {}", d.name);
             let (_, views) =
-                attn_train::view::from_model_folder(&folder, &reference.text, &d.device)
+                attn_infer::view::from_model_folder(&folder, &reference.text, &d.device)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(views.len(), 1, "{what}");
             let view = &views[0];

@@ -15,22 +15,23 @@
 
 use std::path::Path;
 
-use attn_model::hf::{Architecture, Bert, CausalLm, Gpt2, read_config};
+use attn_model::hf::{
+    AutoModel, BertConfig, Family, Gpt2Config, LlamaConfig, read_config,
+};
 use attn_model::{
     DecoderWeights, EncoderDecoderInput, GenerateConfig, NeedWeights, Prompt, TokenDecoder,
     TokenDecoderInput,
 };
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use serde::Deserialize;
 
-use super::AttentionView;
-use crate::checkpoint;
-use crate::error::TrainError;
-use crate::inspect::attention_maps;
-use crate::model::Model;
-use crate::run_dir;
-use crate::tasks::TaskKind;
-use crate::text::{self, TextTokenizer};
+use super::{AttentionView, MAX_WEIGHTS};
+use attn_train::checkpoint;
+use attn_train::error::TrainError;
+use attn_train::inspect::attention_maps;
+use attn_train::model::Model;
+use attn_train::run_dir;
+use attn_train::tasks::TaskKind;
+use attn_train::text::{self, TextTokenizer};
 
 /// The views of the model of the run in `dir` (its newest checkpoint) on `text`, and a title.
 ///
@@ -50,13 +51,14 @@ pub fn from_run(
     let title = format!(
         "{} run {}, checkpoint {}: {text:?}",
         task.kind,
-        dir.display(),
+        folder_name(dir),
         path.file_name().unwrap_or_default().to_string_lossy()
     );
     let views = match &model {
         Model::Decoder(decoder) if task.kind == TaskKind::Text => {
             let tokenizer = text::read_run_tokenizer(dir)?;
             let (ids, names) = tokens(&tokenizer, text, false)?;
+            check_tokens(ids.len(), config.model.n_layers, config.model.n_heads)?;
             vec![decoder_view(decoder, &ids, names, device)?]
         }
         Model::Decoder(decoder) => {
@@ -137,39 +139,46 @@ pub fn from_run(
     Ok((title, views))
 }
 
-/// The views of the Hugging Face model in `folder` (GPT-2, BERT, or a Llama-family causal
-/// model: `llama`, `qwen2`, `qwen3`, `mistral`; read by [`attn_model::hf`]) on `text`,
-/// tokenized by the folder's `tokenizer.json` as transformers' tokenizer encodes it by default
-/// (BERT's and the Llama family's special tokens added by the tokenizer's post-processor), and a
-/// title.
+/// The views of the Hugging Face model in `folder` (any family [`AutoModel`] reads: GPT-2,
+/// BERT, or a Llama-family causal model) on `text`, tokenized by the folder's `tokenizer.json`
+/// as transformers' tokenizer encodes it by default (BERT's and the Llama family's special
+/// tokens added by the tokenizer's post-processor), and a title. The title names the folder,
+/// not the path it was reached by.
+///
+/// The text's tokens are counted, and refused past the page's bound ([`check_tokens`]),
+/// before the weights are read.
 ///
 /// # Errors
 ///
-/// [`TrainError::Config`] for another model type, the errors of reading the folder and its
-/// tokenizer, and of running the model.
+/// [`TrainError::Config`] for a model type the library does not read or a text past the
+/// bound, the errors of reading the folder and its tokenizer, and of running the model.
 pub fn from_model_folder(
     folder: &Path,
     text: &str,
     device: &Device,
 ) -> Result<(String, Vec<AttentionView>), TrainError> {
-    #[derive(Deserialize)]
-    struct ModelType {
-        #[serde(default)]
-        model_type: String,
-    }
-    let ModelType { model_type } = read_config(folder)?;
+    let family = Family::of_folder(folder)?;
     let tokenizer = TextTokenizer::read(&folder.join(text::TOKENIZER_FILE))?;
-    let title = format!("{model_type} {}: {text:?}", folder.display());
     // GPT-2's tokenizer adds nothing; BERT's and the Llama family's add their special tokens.
-    let views = match model_type.as_str() {
-        "gpt2" => {
-            let model = Gpt2::from_pretrained(folder, device)?;
-            let (ids, names) = tokens(&tokenizer, text, false)?;
-            vec![decoder_view(model.decoder(), &ids, names, device)?]
+    let (ids, names) = tokens(&tokenizer, text, family != Family::Gpt2)?;
+    let (layers, heads) = match family {
+        Family::Gpt2 => {
+            let config: Gpt2Config = read_config(folder)?;
+            (config.n_layer, config.n_head)
         }
-        "bert" => {
-            let model = Bert::from_pretrained(folder, device)?;
-            let (ids, names) = tokens(&tokenizer, text, true)?;
+        Family::Bert => {
+            let config: BertConfig = read_config(folder)?;
+            (config.num_hidden_layers, config.num_attention_heads)
+        }
+        Family::Llama(_) => {
+            let config: LlamaConfig = read_config(folder)?;
+            (config.num_hidden_layers, config.num_attention_heads)
+        }
+    };
+    check_tokens(ids.len(), layers, heads)?;
+    let title = format!("{} {}: {text:?}", family.model_type(), folder_name(folder));
+    let views = match AutoModel::from_pretrained(folder, device)? {
+        AutoModel::Bert(model) => {
             let layers = model
                 .attentions(one(&ids, device))?
                 .into_iter()
@@ -178,20 +187,42 @@ pub fn from_model_folder(
             let heads = model_heads(&layers, names.len());
             vec![view("self", "Self-attention", names, None, heads, &layers)?]
         }
-        other if Architecture::from_model_type(other).is_ok() => {
-            let model = CausalLm::from_pretrained(folder, device)?;
-            let (ids, names) = tokens(&tokenizer, text, true)?;
-            vec![decoder_view(model.model(), &ids, names, device)?]
-        }
-        other => {
-            return Err(TrainError::Config(format!(
-                "{}: model_type {other:?} has no explorer; gpt2, bert, llama, qwen2, qwen3 and \
-                 mistral do",
-                folder.join(attn_model::hf::CONFIG_FILE).display()
-            )));
+        model => {
+            let decoder = model.decoder().expect("every family but BERT's is a decoder");
+            vec![decoder_view(decoder, &ids, names, device)?]
         }
     };
     Ok((title, views))
+}
+
+/// The last component of `folder`'s full path: a page names the model, not where the user
+/// keeps it.
+fn folder_name(folder: &Path) -> String {
+    folder
+        .canonicalize()
+        .ok()
+        .and_then(|path| path.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| folder.display().to_string())
+}
+
+/// Refuses a text of `tokens` tokens whose weights, over `layers` layers of `heads` heads,
+/// would be more than a page holds ([`MAX_WEIGHTS`]), naming the tokens asked for, the bound
+/// and the size it would take; called before the model runs.
+///
+/// # Errors
+/// [`TrainError::Config`] with those numbers.
+pub fn check_tokens(tokens: usize, layers: usize, heads: usize) -> Result<(), TrainError> {
+    let per_token_pair = layers.max(1).saturating_mul(heads.max(1));
+    let weights = per_token_pair
+        .saturating_mul(tokens)
+        .saturating_mul(tokens);
+    if weights <= MAX_WEIGHTS {
+        return Ok(());
+    }
+    let bound = (MAX_WEIGHTS / per_token_pair).isqrt();
+    Err(TrainError::Config(format!(
+        "the text is {tokens} tokens; a page holds at most {bound} for {layers} layers ×          {heads} heads ({MAX_WEIGHTS} weights, a byte each before compression), and this text          would take {weights}; give a shorter text"
+    )))
 }
 
 /// A decoder's self-attention on `ids`.

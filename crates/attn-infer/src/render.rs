@@ -4,7 +4,7 @@
 //! writes ([`attn_model::hf::ChatTemplate`]), but not the values it builds on the way:
 //! `{% set ns.s = ns.s ~ ns.s %}` in a loop doubles a string at each turn, and
 //! `"%999999999999d"|format` asks for a terabyte at once. A template comes with a downloaded
-//! folder, so the `attn-train` program does not render it in its own process: it starts itself
+//! folder, so the `attn` program does not render it in its own process: it starts itself
 //! again with the hidden subcommand `render-chat-template`, which caps its own writable memory
 //! at [`RENDER_MEMORY`] bytes (`RLIMIT_DATA`) before it reads the template, and it stops that
 //! child after [`RENDER_TIME`]. A hostile template then ends the child, with a message that says
@@ -23,7 +23,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use attn_model::hf::{CHAT_PROMPT_MAX_BYTES, ChatMessage, ChatTemplate, SpecialTokens};
 use serde::{Deserialize, Serialize};
 
-/// The subcommand of `attn-train` that renders one request (hidden from its help).
+/// The subcommand of `attn` that renders one request (hidden from its help).
 pub const SUBCOMMAND: &str = "render-chat-template";
 
 /// The most writable memory the rendering child may map (`RLIMIT_DATA`), in bytes: the template,
@@ -67,7 +67,7 @@ pub enum Reply {
     Error(String),
 }
 
-/// `template` rendered over `messages` by a child process of `program` (the `attn-train`
+/// `template` rendered over `messages` by a child process of `program` (the `attn`
 /// program: it knows [`SUBCOMMAND`]), within [`RENDER_MEMORY`] and [`RENDER_TIME`].
 ///
 /// # Errors

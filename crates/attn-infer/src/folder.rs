@@ -1,11 +1,16 @@
-//! Generation and chat with a Hugging Face model folder (`attn-train generate --model DIR`,
-//! `attn-train chat --model DIR`): a Llama, Qwen2, Qwen3 or Mistral checkpoint
-//! ([`CausalLm`]), its `tokenizer.json`, its chat template and its `generation_config.json`.
+//! Generation and chat with a Hugging Face model folder (`attn generate MODEL`, `attn chat
+//! MODEL`): any family that writes text ([`AutoModel`]: GPT-2, Llama, Qwen2, Qwen3, Mistral),
+//! its `tokenizer.json`, its chat template and its `generation_config.json`.
 //!
 //! Text streams out in whole characters: the new tokens are decoded together after each step,
 //! and only the text that has stopped changing (no trailing U+FFFD of a character cut between
 //! byte-level tokens) is handed on. Generation stops at the folder's end-of-text ids, at the
 //! user's stop strings, or after `max_new_tokens`.
+//!
+//! Every size is bounded before it is allocated for: a prompt longer in bytes than the
+//! context could hold at the vocabulary's longest token is refused before it is tokenized, a
+//! tokenized prompt before the cache is made, and a file of prompts is answered in batches
+//! whose logits and cache fit [`BATCH_LOGITS_BYTES`] and [`BATCH_TOKENS`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,8 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use attn_model::hf::{CausalLm, ChatMessage, ChatTemplate, GenerationDefaults, LlamaConfig};
-use attn_model::{GenerateConfig, KvCache, Prompt, Sampling};
+use attn_model::hf::{AutoModel, ChatMessage, ChatTemplate, Family, GenerationDefaults};
+use attn_model::hf::{Gpt2Config, LlamaConfig, read_config};
+use attn_model::{GenerateConfig, KvCache, Prompt, Sampling, TokenDecoder};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use tokenizers::Tokenizer;
 
@@ -24,8 +30,17 @@ use crate::render;
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
 /// Tokens a conversation's cache holds at least (more when the model was trained on longer
-/// contexts, up to four times this).
+/// contexts, up to four times this), for models whose positions have no table to run out of.
 pub const CHAT_CONTEXT: usize = 4096;
+
+/// The most prompts a `--prompts` file may hold.
+pub const MAX_PROMPTS: usize = 10_000;
+
+/// The most bytes of logits one batch of prompts holds (`batch × vocab × 4`): 256 MiB.
+pub const BATCH_LOGITS_BYTES: usize = 256 << 20;
+
+/// The most tokens one batch's cache holds over all its sequences (prompt and new tokens).
+pub const BATCH_TOKENS: usize = 32_768;
 
 /// How to choose and when to stop.
 #[derive(Clone, Debug)]
@@ -40,6 +55,31 @@ pub struct Options {
     pub seed: u64,
     /// Texts that end an answer (they are not printed).
     pub stop: Vec<String>,
+}
+
+impl Options {
+    /// Checks the settings before any model is loaded.
+    ///
+    /// # Errors
+    /// No new token asked for, an empty stop text (it would end every answer before it
+    /// starts), or a sampling setting out of its range, each named with its value.
+    pub fn validate(&self) -> Result<()> {
+        if self.max_new_tokens == 0 {
+            bail!("--max-new-tokens must be at least 1");
+        }
+        if let Some(at) = self.stop.iter().position(String::is_empty) {
+            bail!(
+                "--stop number {} is empty: an empty text would end every answer before its \
+                 first token",
+                at + 1
+            );
+        }
+        GenerateConfig::new(self.max_new_tokens)
+            .with_sampling(self.sampling.clone())
+            .with_repetition_penalty(self.repetition_penalty)
+            .validate()?;
+        Ok(())
+    }
 }
 
 /// Tokens and seconds of one generation.
@@ -69,12 +109,23 @@ impl Timing {
             rate(self.decode_tokens, self.decode_s),
         )
     }
+
+    fn add(&mut self, other: Timing) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.prefill_s += other.prefill_s;
+        self.decode_tokens += other.decode_tokens;
+        self.decode_s += other.decode_s;
+    }
 }
 
 /// A loaded folder: the model, its tokenizer, its defaults and its chat template.
 pub struct FolderModel {
-    lm: CausalLm,
+    family: Family,
+    decoder: TokenDecoder,
     tokenizer: Tokenizer,
+    /// Bytes of the vocabulary's longest token: a prompt of `n` bytes has at least
+    /// `n / longest_token` tokens.
+    longest_token: usize,
     defaults: GenerationDefaults,
     template: Option<ChatTemplate>,
     context: usize,
@@ -82,10 +133,10 @@ pub struct FolderModel {
 }
 
 /// The type a folder's matrices are held in (`--dtype`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WeightType {
-    /// The type of the folder's weights (`dtype` in `config.json`), where the device can
-    /// hold it, else f32.
+    /// The type of the folder's weights (`dtype` in `config.json`), where the family and the
+    /// device can hold it, else f32.
     #[default]
     Auto,
     /// Every weight widened to f32.
@@ -97,13 +148,18 @@ pub enum WeightType {
 }
 
 impl WeightType {
-    /// The type to load `config`'s folder in, on `device`.
-    pub fn resolve(self, config: &LlamaConfig, device: &Device) -> DType {
-        match self {
+    /// The type to load `folder`, of `family`, in on `device`.
+    ///
+    /// # Errors
+    /// When `config.json` cannot be read.
+    pub fn resolve(self, folder: &Path, family: Family, device: &Device) -> Result<DType> {
+        Ok(match self {
             WeightType::F32 => DType::F32,
             WeightType::Bf16 => DType::BF16,
             WeightType::F16 => DType::F16,
+            WeightType::Auto if !family.holds_half_precision() => DType::F32,
             WeightType::Auto => {
+                let config: LlamaConfig = read_config(folder)?;
                 let stored = match config.stored_dtype() {
                     Some("bfloat16") => DType::BF16,
                     Some("float16") => DType::F16,
@@ -115,38 +171,96 @@ impl WeightType {
                     DType::F32
                 }
             }
-        }
+        })
     }
+}
+
+/// Why BERT, or another encoder, cannot generate.
+fn not_a_decoder(folder: &Path, family: Family) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} holds a {} model, an encoder: it reads a whole text at once and has no head that \
+         writes the next token, so it cannot generate or chat; `attn view {}` shows its \
+         attention",
+        folder.display(),
+        family.model_type(),
+        folder.display()
+    )
+}
+
+/// The family of the model in `folder`, refused unless it writes text.
+///
+/// # Errors
+/// When `config.json` cannot be read, its `model_type` is not one this library reads, or the
+/// model is an encoder.
+pub fn decoder_family(folder: &Path) -> Result<Family> {
+    let family = Family::of_folder(folder)?;
+    if !family.is_decoder() {
+        return Err(not_a_decoder(folder, family));
+    }
+    Ok(family)
 }
 
 impl FolderModel {
     /// Loads `folder` onto `device`, its matrices held as `dtype` says.
     ///
     /// # Errors
-    /// When the model, `tokenizer.json`, the chat template or `generation_config.json`
-    /// cannot be read, each naming the file, or the device cannot hold the type asked for.
+    /// An encoder (BERT) is refused with that reason; else when the model, `tokenizer.json`,
+    /// the chat template or `generation_config.json` cannot be read, each naming the file, or
+    /// the device cannot hold the type asked for.
     pub fn load(folder: &Path, device: &Device, dtype: WeightType) -> Result<Self> {
-        let config: LlamaConfig = attn_model::hf::read_config(folder)?;
-        let held = dtype.resolve(&config, device);
-        let lm = CausalLm::from_pretrained_as(folder, device, held)?;
+        let family = decoder_family(folder)?;
+        // The files that are cheap to check come before the weights.
         let tokenizer_path = folder.join(TOKENIZER_FILE);
-        let tokenizer = crate::text::tokenizer::read_tokenizer(&tokenizer_path)?;
+        let tokenizer = attn_train::text::read_tokenizer(&tokenizer_path)?;
         let defaults = GenerationDefaults::from_folder(folder)?;
         let template = ChatTemplate::from_folder(folder)?;
-        // Rotary positions have no table to run out of: a chat may outgrow
-        // max_position_embeddings (quality fades past it), up to the cache's size.
-        let context = config
-            .max_position_embeddings
-            .unwrap_or(0)
-            .clamp(CHAT_CONTEXT, 4 * CHAT_CONTEXT);
+        let context = match family {
+            // Learned positions: the table's length is a hard limit.
+            Family::Gpt2 => {
+                let config: Gpt2Config = read_config(folder)?;
+                config.n_positions.min(4 * CHAT_CONTEXT)
+            }
+            // Rotary positions have no table to run out of: a chat may outgrow
+            // max_position_embeddings (quality fades past it), up to the cache's size.
+            _ => {
+                let config: LlamaConfig = read_config(folder)?;
+                config
+                    .max_position_embeddings
+                    .unwrap_or(0)
+                    .clamp(CHAT_CONTEXT, 4 * CHAT_CONTEXT)
+            }
+        };
+        let held = dtype.resolve(folder, family, device)?;
+        let decoder = AutoModel::from_pretrained_as(folder, device, held)?
+            .into_decoder()
+            .map_err(|model| not_a_decoder(folder, model.family()))?;
+        let longest_token = tokenizer
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(1)
+            .max(1);
         Ok(Self {
-            lm,
+            family,
+            decoder,
             tokenizer,
+            longest_token,
             defaults,
             template,
             context,
             device: device.clone(),
         })
+    }
+
+    /// The family of the folder's model.
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// Tokens one sequence's cache may hold: prompt and new tokens together.
+    pub fn context(&self) -> usize {
+        self.context
     }
 
     /// The folder's chat template, if it has one.
@@ -157,8 +271,20 @@ impl FolderModel {
     /// The token ids of `text`, with the tokenizer's special tokens when `special`.
     ///
     /// # Errors
-    /// When the tokenizer fails, or the text has no token.
+    /// A text longer in bytes than the context could hold at the vocabulary's longest token
+    /// (refused before it is tokenized, so a huge text never reaches the tokenizer), a text
+    /// of more tokens than the context, a tokenizer failure, or a text with no token.
     pub fn encode(&self, text: &str, special: bool) -> Result<Vec<i64>> {
+        let most_bytes = self.context.saturating_mul(self.longest_token);
+        if text.len() > most_bytes {
+            bail!(
+                "the prompt is {} bytes: more than the context of {} tokens can hold, at {} \
+                 bytes for the vocabulary's longest token ({most_bytes} bytes)",
+                text.len(),
+                self.context,
+                self.longest_token
+            );
+        }
         let encoding = self
             .tokenizer
             .encode(text, special)
@@ -166,6 +292,13 @@ impl FolderModel {
         let ids: Vec<i64> = encoding.get_ids().iter().map(|&id| i64::from(id)).collect();
         if ids.is_empty() {
             bail!("the prompt {text:?} has no token");
+        }
+        if ids.len() >= self.context {
+            bail!(
+                "the prompt is {} tokens, and the model's context {}: give a shorter prompt",
+                ids.len(),
+                self.context
+            );
         }
         Ok(ids)
     }
@@ -187,11 +320,64 @@ impl FolderModel {
             .with_repetition_penalty(options.repetition_penalty)
     }
 
+    /// How many prompts of at most `longest` tokens one batch takes, with `new` tokens each:
+    /// its logits within [`BATCH_LOGITS_BYTES`], its cache within [`BATCH_TOKENS`].
+    fn batch_size(&self, longest: usize, new: usize) -> usize {
+        let by_logits = BATCH_LOGITS_BYTES / (self.decoder.vocab().max(1) * 4);
+        let by_tokens = BATCH_TOKENS / longest.saturating_add(new).max(1);
+        by_logits.min(by_tokens).max(1)
+    }
+
+    /// Answers each prompt, in batches that fit the bounds of [`FolderModel::batch_size`],
+    /// handing each answer to `on_answer(index, answer)` in order; returns the timing.
+    ///
+    /// # Errors
+    /// More than [`MAX_PROMPTS`] prompts, and as [`generate`](Self::generate).
+    pub fn generate_all(
+        &self,
+        prompts: &[String],
+        options: &Options,
+        mut on_answer: impl FnMut(usize, &str),
+    ) -> Result<Timing> {
+        if prompts.len() > MAX_PROMPTS {
+            bail!(
+                "{} prompts are more than the {MAX_PROMPTS} one run answers",
+                prompts.len()
+            );
+        }
+        let mut timing = Timing::default();
+        let mut done = 0;
+        while done < prompts.len() {
+            // The batch's size follows its longest prompt, so each is tokenized first (each
+            // within the byte bound of `encode`).
+            let mut take = 0;
+            let mut longest = 0;
+            while done + take < prompts.len() {
+                let tokens = self.encode(&prompts[done + take], true)?.len();
+                let with = longest.max(tokens);
+                if take > 0 && take + 1 > self.batch_size(with, options.max_new_tokens) {
+                    break;
+                }
+                longest = with;
+                take += 1;
+            }
+            let (answers, batch) =
+                self.generate(&prompts[done..done + take], options, |_, _| {})?;
+            for (i, answer) in answers.iter().enumerate() {
+                on_answer(done + i, answer);
+            }
+            timing.add(batch);
+            done += take;
+        }
+        Ok(timing)
+    }
+
     /// Generates after each prompt (left-padded into one batch), handing each sequence's new
     /// text to `on_text(sequence, piece)` as it settles; returns the answers and the timing.
     ///
     /// # Errors
-    /// A prompt that cannot be tokenized, or an error of the model.
+    /// A prompt that cannot be tokenized or is too long, a batch larger than the bounds of
+    /// [`generate_all`](Self::generate_all) allows, or an error of the model.
     pub fn generate(
         &self,
         prompts: &[String],
@@ -207,16 +393,25 @@ impl FolderModel {
         if longest.saturating_add(options.max_new_tokens) > self.context {
             bail!(
                 "a prompt of {longest} tokens and {} new ones need a cache of more than the {} \
-                 tokens this program allocates; ask for fewer new tokens",
+                 tokens of the model's context; ask for at most {} new tokens",
                 options.max_new_tokens,
-                self.context
+                self.context,
+                self.context - longest
+            );
+        }
+        let most = self.batch_size(longest, options.max_new_tokens);
+        if sequences.len() > most {
+            bail!(
+                "{} prompts of up to {longest} tokens are more than one batch of {most} holds \
+                 (its logits and cache bounded); answer them in batches (generate_all)",
+                sequences.len()
             );
         }
         let pad = self.defaults.pad_token_id.unwrap_or(0);
         let prompt = Prompt::from_sequences(&sequences, pad, &self.device);
-        let prompt_tokens = sequences.iter().map(Vec::len).max().unwrap_or(0);
+        let prompt_tokens = longest;
         let started = Instant::now();
-        let generation = self.lm.generate(
+        let generation = self.decoder.generate(
             prompt,
             self.generate_config(options, options.max_new_tokens),
         )?;
@@ -354,7 +549,14 @@ impl<'a> Chat<'a> {
         let template = model
             .template
             .as_ref()
-            .context("the folder has no chat template (chat_template.jinja or tokenizer_config.json's chat_template)")?;
+            .with_context(|| {
+                format!(
+                    "this {} folder has no chat template (chat_template.jinja or \
+                     tokenizer_config.json's chat_template): `attn generate` writes after a \
+                     plain prompt",
+                    model.family.model_type()
+                )
+            })?;
         Ok(Self {
             model,
             template,
@@ -369,7 +571,7 @@ impl<'a> Chat<'a> {
         })
     }
 
-    /// Renders the template in a child process of `program` (the `attn-train` program), bounded
+    /// Renders the template in a child process of `program` (the `attn` program), bounded
     /// in memory and time ([`render`]), instead of in this one.
     #[must_use]
     pub fn rendered_by(mut self, program: PathBuf) -> Self {
@@ -433,11 +635,7 @@ impl<'a> Chat<'a> {
         }
         let cache = match self.cache.take() {
             Some(cache) => cache,
-            None => self
-                .model
-                .lm
-                .model()
-                .new_cache(1, self.model.context, None)?,
+            None => self.model.decoder.new_cache(1, self.model.context, None)?,
         };
         let new = &ids[self.cached.len()..];
         let room = self.model.context.saturating_sub(ids.len());
@@ -454,7 +652,7 @@ impl<'a> Chat<'a> {
             &self.model.device,
         );
         let started = Instant::now();
-        let mut generation = self.model.lm.model().generate_with_cache(
+        let mut generation = self.model.decoder.generate_with_cache(
             cache,
             tokens,
             self.model.generate_config(options, max_new),
@@ -512,10 +710,10 @@ impl<'a> Chat<'a> {
 /// The prompts of a `--prompts` file: one per line, empty lines skipped.
 ///
 /// # Errors
-/// When the file cannot be read, or holds no prompt.
+/// When the file cannot be read, holds no prompt, or more than [`MAX_PROMPTS`].
 pub fn read_prompts(path: &Path) -> Result<Vec<String>> {
     // A regular file of a sensible size only: a FIFO would block, /dev/zero never end.
-    let bytes = crate::text::read_bounded(path, 64 << 20)
+    let bytes = attn_train::text::read_bounded(path, 64 << 20)
         .with_context(|| format!("cannot read the prompts in {}", path.display()))?;
     let text = String::from_utf8(bytes)
         .with_context(|| format!("the prompts in {} are not UTF-8", path.display()))?;
@@ -526,6 +724,13 @@ pub fn read_prompts(path: &Path) -> Result<Vec<String>> {
         .collect();
     if prompts.is_empty() {
         bail!("{} holds no prompt (one per line)", path.display());
+    }
+    if prompts.len() > MAX_PROMPTS {
+        bail!(
+            "{} holds {} prompts, more than the {MAX_PROMPTS} one run answers; split it",
+            path.display(),
+            prompts.len()
+        );
     }
     Ok(prompts)
 }

@@ -9,7 +9,7 @@
 //! text       prompt "ROMEO:"    → 200 tokens of text, sampled (temperature 0.8, top-k 200)
 //! ```
 //!
-//! A `text` run writes past its window ([`crate::text::continue_text`]), and its text is
+//! A `text` run writes past its window ([`attn_train::text::continue_text`]), and its text is
 //! streamed in whole characters, however its tokenizer cuts them.
 //!
 //! An encoder-only run (`copy`, `reverse`, `sort`, `context`) classifies each position and has
@@ -20,13 +20,13 @@ use std::path::PathBuf;
 use attn_model::{GenerateConfig, Prompt, Sampling, TokenDecoder};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::checkpoint;
-use crate::config::TrainConfig;
-use crate::error::TrainError;
-use crate::model::Model;
-use crate::run_dir;
-use crate::tasks::{Architecture, TaskConfig, TaskKind};
-use crate::text::{self, Continuation, continue_text};
+use attn_train::checkpoint;
+use attn_train::config::TrainConfig;
+use attn_train::error::TrainError;
+use attn_train::model::Model;
+use attn_train::run_dir;
+use attn_train::tasks::{Architecture, TaskConfig, TaskKind};
+use attn_train::text::{self, Continuation, continue_text};
 
 /// What to generate, and how.
 #[derive(Clone, Debug)]
@@ -46,6 +46,27 @@ pub struct Request {
     pub seed: u64,
     /// Backend name; `None`: the run's own (a data-parallel run's first).
     pub device: Option<String>,
+}
+
+impl Request {
+    /// Checks the request's own settings, before any file is read.
+    ///
+    /// # Errors
+    /// [`TrainError::Config`] for no new token asked for, or a sampling setting out of its
+    /// range, named with its value.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        if self.max_new_tokens == Some(0) {
+            return Err(TrainError::Config(
+                "--max-new-tokens is 0: there is nothing to generate".into(),
+            ));
+        }
+        if let Some(sampling) = &self.sampling {
+            GenerateConfig::new(1)
+                .with_sampling(sampling.clone())
+                .validate()?;
+        }
+        Ok(())
+    }
 }
 
 /// What was generated.
@@ -102,14 +123,10 @@ pub fn generate(
     }
     // A data-parallel run names several devices; its model lived on the first.
     let run_device = config.device.split(',').next().unwrap_or_default().trim();
-    let device = crate::backend::device(request.device.as_deref().unwrap_or(run_device))?;
+    let device = attn_train::backend::device(request.device.as_deref().unwrap_or(run_device))?;
+    request.validate()?;
     let path = checkpoint::weights_to_use(dir)?;
     let model = checkpoint::load_model(&path, Model::init(&config, &device)?)?;
-    if request.max_new_tokens == Some(0) {
-        return Err(TrainError::Config(
-            "--max-new-tokens is 0: there is nothing to generate".into(),
-        ));
-    }
     if let (TaskKind::Text, Model::Decoder(decoder)) = (task.kind, &model) {
         return generate_text(request, task, decoder, &device, on_token);
     }
@@ -184,14 +201,14 @@ fn check_cache(config: &TrainConfig, prompt: usize, new: usize) -> Result<(), Tr
     // Keys and values of every layer (self- and cross-attention), f32.
     let per_token = 2 * 2 * config.model.n_layers as u128 * config.model.d_model as u128 * 4;
     let bytes = tokens.saturating_mul(per_token);
-    if let Some(available) = crate::budget::available()
+    if let Some(available) = attn_train::budget::available()
         && bytes > available as u128
     {
         return Err(TrainError::Config(format!(
             "a prompt of {prompt} tokens and --max-new-tokens {new} need a key/value cache of \
              about {}, but {} is available; ask for fewer new tokens",
-            crate::budget::human(bytes),
-            crate::budget::human(available as u128)
+            attn_train::budget::human(bytes),
+            attn_train::budget::human(available as u128)
         )));
     }
     Ok(())

@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const PROGRAM: &str = env!("CARGO_BIN_EXE_attn-train");
+const PROGRAM: &str = env!("CARGO_BIN_EXE_attn");
 
 /// A fresh folder for one test.
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("attn-train-text-{name}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("attn-text-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("creates the test folder");
     dir
@@ -43,6 +43,7 @@ fn animals(count: usize) -> String {
 /// A tiny text run's flags, into `out`, on `data`.
 fn tiny_run<'a>(data: &'a str, out: &'a str, steps: &'a str) -> Vec<&'a str> {
     vec![
+        "train",
         "--task",
         "text",
         "--data",
@@ -121,7 +122,6 @@ fn a_text_run_writes_its_tokenizer_and_samples_generates_and_resumes_without_its
     let generate = |seed: &str| {
         run(&[
             "generate",
-            "--run",
             path(&out),
             "--prompt",
             "cat dog ",
@@ -149,7 +149,7 @@ fn a_text_run_writes_its_tokenizer_and_samples_generates_and_resumes_without_its
     // The run keeps its tokenizer and ids: it resumes after its text file has gone away.
     std::fs::rename(&data, dir.join("moved.txt")).expect("moves");
     let resumed = run(&[
-        "--resume",
+        "resume",
         path(&out),
         "--steps",
         "9",
@@ -238,13 +238,14 @@ fn bad_texts_are_refused_naming_the_file_and_what_is_wrong() {
         "{}",
         stderr(&output)
     );
-    let output = run(&["--task", "copy", "--data", path(&latin1), "--quiet"]);
+    let output = run(&["train","--task", "copy", "--data", path(&latin1), "--quiet"]);
     assert!(
         stderr(&output).contains("--data is for the text task, not copy"),
         "{}",
         stderr(&output)
     );
     let output = run(&[
+        "train",
         "--task",
         "text",
         "--quiet",

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 mod collect;
 
-pub use collect::{from_model_folder, from_run};
+pub use collect::{check_tokens, from_model_folder, from_run};
 
 /// The page, with `__ATTN_DATA__` where the data goes.
 const TEMPLATE: &str = include_str!("explorer.html");
@@ -188,33 +188,89 @@ pub fn page(title: &str, views: &[AttentionView]) -> String {
     let json = serde_json::to_string(&data).expect("strings and numbers serialise");
     // No `<` inside the script element, so no text can close it.
     let json = json.replace('<', "\\u003c");
-    TEMPLATE.replacen("__ATTN_DATA__", &json, 1)
+    seal(&TEMPLATE.replacen("__ATTN_DATA__", &json, 1))
 }
 
 /// Writes `page` to `path` through a temporary file beside it and a rename. An existing file
-/// is replaced only if it is an explorer page itself: nothing else is overwritten.
+/// is replaced only if this program wrote it: a page that ends in its seal
+/// ([`is_sealed_page`]). Nothing else is overwritten: not a link, not a folder, not a file
+/// that merely holds the page's markup.
 ///
 /// # Errors
 ///
-/// [`TrainError::Config`](crate::TrainError::Config) for an existing file that is not a page,
-/// [`TrainError::Io`](crate::TrainError::Io) when writing fails.
-pub fn write_page(path: &std::path::Path, page: &str) -> Result<(), crate::TrainError> {
-    use crate::TrainError;
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        let ours = meta.is_file()
-            && crate::text::read_bounded(path, 1 << 30)
-                .is_ok_and(|bytes| bytes.windows(MARK.len()).any(|w| w == MARK.as_bytes()));
-        if !ours {
-            return Err(TrainError::Config(format!(
-                "{} exists and is not an explorer page; give another --out",
-                path.display()
-            )));
-        }
-    }
-    Ok(crate::files::write_atomically(path, page.as_bytes())?)
+/// [`TrainError::Config`](attn_train::TrainError::Config) for an existing path that is not
+/// such a page, [`TrainError::Io`](attn_train::TrainError::Io) when writing fails.
+pub fn write_page(path: &std::path::Path, page: &str) -> Result<(), attn_train::TrainError> {
+    check_out(path)?;
+    Ok(attn_train::files::write_atomically(path, page.as_bytes())?)
 }
 
-/// What every page holds, and other files do not: its data element.
+/// Refuses an output path that [`write_page`] may not write: an existing link, folder or file
+/// that is not a sealed page. Called before any work, so that a run is not lost to a bad
+/// `--out`.
+///
+/// # Errors
+///
+/// [`TrainError::Config`](attn_train::TrainError::Config) naming the path and what it is.
+pub fn check_out(path: &std::path::Path) -> Result<(), attn_train::TrainError> {
+    use attn_train::TrainError;
+    let refuse = |what: &str| {
+        Err(TrainError::Config(format!(
+            "{} exists and is {what}; give another --out",
+            path.display()
+        )))
+    };
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if meta.file_type().is_symlink() {
+        return refuse("a link");
+    }
+    if meta.is_dir() {
+        return refuse("a folder");
+    }
+    if !meta.is_file() {
+        return refuse("not a regular file");
+    }
+    // A page is at most a few hundred megabytes; a larger file is not one.
+    match attn_train::text::read_bounded(path, 1 << 30) {
+        Ok(bytes) if is_sealed_page(&bytes) => Ok(()),
+        _ => refuse("not a page this program wrote (its seal is missing or does not match)"),
+    }
+}
+
+/// The seal's opening: the page ends with `<!-- attn-page sha256:HEX -->` and a newline,
+/// where `HEX` is the SHA-256 of every byte before the seal.
+const SEAL: &str = "<!-- attn-page sha256:";
+
+/// `page` with its seal appended.
+fn seal(page: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(page.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{page}{SEAL}{hex} -->\n")
+}
+
+/// Whether `bytes` are a page as [`page`] writes it: they hold the data element, and end in a
+/// seal whose checksum is that of every byte before it.
+pub fn is_sealed_page(bytes: &[u8]) -> bool {
+    use sha2::Digest;
+    let Some(at) = bytes
+        .windows(SEAL.len())
+        .rposition(|w| w == SEAL.as_bytes())
+    else {
+        return false;
+    };
+    let (body, tail) = bytes.split_at(at);
+    let Some(hex) = tail[SEAL.len()..].strip_suffix(b" -->\n") else {
+        return false;
+    };
+    let digest = sha2::Sha256::digest(body);
+    let expected: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    hex == expected.as_bytes() && body.windows(MARK.len()).any(|w| w == MARK.as_bytes())
+}
+
+/// What every page holds: its data element.
 const MARK: &str = r#"<script id="attn-data" type="application/json">"#;
 
 /// `bytes` as a zlib stream (RFC 1950), what the browser's `DecompressionStream('deflate')`
@@ -325,5 +381,51 @@ mod tests {
         let err = AttentionView::new("self", "", names(1 << 10), names(1 << 10), 1 << 10, &[])
             .expect_err("too large");
         assert!(matches!(err, ViewError::TooLarge { .. }), "{err}");
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("attn-view-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a scratch folder");
+        dir
+    }
+
+    #[test]
+    fn only_a_sealed_page_is_replaced_and_every_other_file_is_kept() {
+        let dir = scratch("seal");
+        let view = AttentionView::new("self", "Self", names(2), names(2), 1, &[vec![0.5; 4]])
+            .expect("a view");
+        let page = page("t", std::slice::from_ref(&view));
+        assert!(is_sealed_page(page.as_bytes()));
+        // A page this program wrote is replaced.
+        let ours = dir.join("ours.html");
+        std::fs::write(&ours, &page).expect("written");
+        write_page(&ours, &page).expect("a sealed page is replaced");
+        // A notes file that merely holds the page's data element is kept, byte for byte.
+        let notes = dir.join("notes.html");
+        let text = format!("my notes\n{MARK}\nmore notes\n");
+        std::fs::write(&notes, &text).expect("written");
+        let err = write_page(&notes, &page).expect_err("not a page");
+        assert!(err.to_string().contains("notes.html"), "{err}");
+        assert_eq!(std::fs::read_to_string(&notes).expect("kept"), text);
+        // So is a copy of the page's own template, and a page whose data was edited.
+        let template = dir.join("template.html");
+        std::fs::write(&template, TEMPLATE).expect("written");
+        write_page(&template, &page).expect_err("the template is not a page");
+        assert_eq!(std::fs::read_to_string(&template).expect("kept"), TEMPLATE);
+        let edited = dir.join("edited.html");
+        let tampered = page.replacen("\"title\":\"t\"", "\"title\":\"u\"", 1);
+        assert_ne!(tampered, page);
+        std::fs::write(&edited, &tampered).expect("written");
+        write_page(&edited, &page).expect_err("the seal no longer matches");
+        assert_eq!(std::fs::read_to_string(&edited).expect("kept"), tampered);
+        // A folder and a link are refused.
+        let err = write_page(&dir, &page).expect_err("a folder");
+        assert!(err.to_string().contains("a folder"), "{err}");
+        let link = dir.join("link.html");
+        std::os::unix::fs::symlink(&ours, &link).expect("linked");
+        let err = write_page(&link, &page).expect_err("a link");
+        assert!(err.to_string().contains("a link"), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use attn_train::view::{AttentionView, page, quantize};
+use attn_infer::view::{AttentionView, page, quantize};
 use headless_chrome::{Browser, LaunchOptions, Tab};
 
 const CHROMIUM: &str = "/usr/bin/chromium";

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const PROGRAM: &str = env!("CARGO_BIN_EXE_attn-train");
+const PROGRAM: &str = env!("CARGO_BIN_EXE_attn");
 
 fn temp_out(name: &str) -> PathBuf {
     let dir =
-        std::env::temp_dir().join(format!("attn-train-generate-{name}-{}", std::process::id()));
+        std::env::temp_dir().join(format!("attn-generate-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
@@ -30,6 +30,7 @@ fn train(task: &str, out: &Path) {
         ["--seq-len", "4"]
     };
     let output = run(&[
+        "train",
         "--task",
         task,
         size[0],
@@ -69,7 +70,7 @@ fn generate_streams_an_answer_from_a_trained_add_run() {
     let out = temp_out("add");
     train("add", &out);
     let dir = out.to_str().expect("UTF-8");
-    let greedy = run(&["generate", "--run", dir, "--prompt", "12+34="]);
+    let greedy = run(&["generate", dir, "--prompt", "12+34="]);
     let stderr = String::from_utf8_lossy(&greedy.stderr);
     assert!(greedy.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&greedy.stdout);
@@ -81,7 +82,7 @@ fn generate_streams_an_answer_from_a_trained_add_run() {
         "{stdout:?}"
     );
 
-    let again = run(&["generate", "--run", dir, "--prompt", "12+34="]);
+    let again = run(&["generate", dir, "--prompt", "12+34="]);
     assert_eq!(
         again.stdout, greedy.stdout,
         "greedy decoding is deterministic"
@@ -89,7 +90,6 @@ fn generate_streams_an_answer_from_a_trained_add_run() {
 
     let sampled = run(&[
         "generate",
-        "--run",
         dir,
         "--prompt",
         "12+34",
@@ -116,7 +116,7 @@ fn generate_streams_an_answer_from_a_trained_add_run() {
         "{line:?}"
     );
 
-    let bad = run(&["generate", "--run", dir, "--prompt", "123+4="]);
+    let bad = run(&["generate", dir, "--prompt", "123+4="]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("at most 2 digits"));
     std::fs::remove_dir_all(out).expect("cleanup");
@@ -128,7 +128,6 @@ fn generate_refuses_an_encoder_only_run() {
     train("reverse", &out);
     let output = run(&[
         "generate",
-        "--run",
         out.to_str().expect("UTF-8"),
         "--prompt",
         "1 2",
@@ -148,7 +147,7 @@ fn generate_translates_digit_words_from_a_trained_translate_run() {
     let out = temp_out("translate");
     train("translate", &out);
     let dir = out.to_str().expect("UTF-8");
-    let output = run(&["generate", "--run", dir, "--prompt", "three one four one"]);
+    let output = run(&["generate", dir, "--prompt", "three one four one"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -159,7 +158,7 @@ fn generate_translates_digit_words_from_a_trained_translate_run() {
     assert!(digits.chars().all(|c| c.is_ascii_digit()), "{stdout:?}");
     assert_eq!(digits.chars().count() + starts, 4, "{stdout:?}");
 
-    let short = run(&["generate", "--run", dir, "--prompt", "three one"]);
+    let short = run(&["generate", dir, "--prompt", "three one"]);
     assert!(!short.status.success());
     let stderr = String::from_utf8_lossy(&short.stderr);
     assert!(
@@ -174,6 +173,7 @@ fn generate_needs_only_the_weights_and_says_which_checkpoint_it_falls_back_to() 
     let out = temp_out("fallback");
     let dir = out.to_str().expect("UTF-8");
     let output = run(&[
+        "train",
         "--task",
         "add",
         "--digits",
@@ -209,7 +209,7 @@ fn generate_needs_only_the_weights_and_says_which_checkpoint_it_falls_back_to() 
         String::from_utf8_lossy(&output.stderr)
     );
     let newest = out.join("checkpoints/step-000004");
-    let generate = || run(&["generate", "--run", dir, "--prompt", "12+34="]);
+    let generate = || run(&["generate", dir, "--prompt", "12+34="]);
 
     // Without the optimizer's state the newest checkpoint still generates, without a word.
     std::fs::remove_file(newest.join("optimizer.bpk")).expect("removes");
@@ -253,7 +253,7 @@ struct ChatReference {
 
 #[test]
 fn a_chat_turn_renders_tokenizes_and_answers_as_transformers_does() {
-    use attn_train::folder::{Chat, FolderModel, Options, WeightType};
+    use attn_infer::folder::{Chat, FolderModel, Options, WeightType};
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
     let reference: ChatReference = serde_json::from_str(
@@ -334,7 +334,6 @@ fn generate_on_a_model_folder_streams_text_and_answers_a_file_of_prompts_line_by
     let single = |prompt: &str| {
         let out = run(&[
             "generate",
-            "--model",
             folder,
             "--prompt",
             prompt,
@@ -355,7 +354,6 @@ fn generate_on_a_model_folder_streams_text_and_answers_a_file_of_prompts_line_by
     };
     let absurd = run(&[
         "generate",
-        "--model",
         folder,
         "--prompt",
         "Hi",
@@ -375,7 +373,6 @@ fn generate_on_a_model_folder_streams_text_and_answers_a_file_of_prompts_line_by
     std::fs::write(&file, "Attention is\n\nHi\n").expect("write");
     let out = run(&[
         "generate",
-        "--model",
         folder,
         "--prompts",
         file.to_str().expect("UTF-8"),
@@ -435,7 +432,7 @@ fn chat_renders_a_hostile_template_in_a_bounded_child_and_goes_on() {
     use std::process::Stdio;
     let dir = hostile_chat_folder();
     let mut child = Command::new(PROGRAM)
-        .args(["chat", "--model", dir.to_str().expect("UTF-8")])
+        .args(["chat", dir.to_str().expect("UTF-8")])
         .args(["--max-new-tokens", "4"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
