@@ -21,7 +21,7 @@
 
 use rayon::prelude::*;
 
-use crate::half::Bf16Rows;
+use crate::weight_rows::{Bf16Rows, round_to_bf16};
 
 /// Rows of `x` per register block.
 const MR: usize = 12;
@@ -33,8 +33,8 @@ const STRIPE: usize = 4 * NR;
 /// in the L1 cache while every block of rows is multiplied by it.
 const KC: usize = 128;
 
-/// Whether this CPU runs [`linear_bf16_dot`] (AVX-512 F, BW and BF16), and `ATTN_NATIVE_ISA`
-/// does not cap the kernels below AVX-512.
+/// Whether this CPU runs [`linear_bf16_dot`](crate::half::linear_bf16_dot) (AVX-512 F, BW and
+/// BF16), and `ATTN_NATIVE_ISA` does not cap the kernels below AVX-512.
 pub fn has_bf16_dot() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -49,58 +49,14 @@ pub fn has_bf16_dot() -> bool {
     }
 }
 
-/// The instructions on which [`linear_bf16_dot`] multiplies `rows` rows in this process, by
-/// the names `/proc/cpuinfo` gives them: `amx-bf16` (AMX's `tdpbf16ps`, from 16 rows) or
-/// `avx512bf16` (`vdpbf16ps`); `None` where it returns `None`.
-pub fn bf16_dot_instructions(rows: usize) -> Option<&'static str> {
-    if !has_bf16_dot() {
-        return None;
-    }
-    let tiles = crate::bf16_tiles::Amx::for_rows(rows).is_some();
-    Some(if tiles { "amx-bf16" } else { "avx512bf16" })
-}
-
-/// `f32` rounded to the nearest `bfloat16` (ties to even), as its bits; a NaN stays a NaN.
-#[inline]
-pub fn round_to_bf16(v: f32) -> u16 {
-    let bits = v.to_bits();
-    if v.is_nan() {
-        return ((bits >> 16) | 0x40) as u16;
-    }
-    let lsb = (bits >> 16) & 1;
-    (bits.wrapping_add(0x7fff + lsb) >> 16) as u16
-}
-
-/// `y = bf16(x) · Wᵀ + bias` for `rows` rows of `x` (`[rows, d_input]`, contiguous), `W` as
-/// [`Bf16Rows`]: `[rows, d_output]`, row-major. `None` where the CPU has no `vdpbf16ps`
-/// ([`has_bf16_dot`]). From 16 rows on a CPU with AMX, the products run on its tiles (as
-/// PyTorch's do there), else on `vdpbf16ps`; the sums are the same but for their rounding.
-///
-/// # Panics
-/// When `x` is not `rows · d_input` long, `bias` not `d_output`, or `W`'s rows run past its
-/// values.
-pub fn linear_bf16_dot(
+/// [`linear_bf16_dot`](crate::half::linear_bf16_dot) on `vdpbf16ps`, once
+/// [`has_bf16_dot`] has held.
+pub(crate) fn on_vectors(
     x: &[f32],
     rows: usize,
     w: &Bf16Rows<'_>,
     bias: Option<&[f32]>,
-) -> Option<Vec<f32>> {
-    crate::half::check_operands(x, rows, w, bias);
-    if !has_bf16_dot() {
-        return None;
-    }
-    if w.d_input == 0 {
-        // No inputs: every output is its bias.
-        return Some(bias.map_or_else(|| vec![0.0; rows * w.d_output], |b| b.repeat(rows)));
-    }
-    if let Some(tiles) = crate::bf16_tiles::Amx::for_rows(rows) {
-        return Some(crate::bf16_tiles::linear(&|| tiles, x, rows, w, bias));
-    }
-    Some(on_vectors(x, rows, w, bias))
-}
-
-/// [`linear_bf16_dot`] on `vdpbf16ps`, once [`has_bf16_dot`] has held.
-fn on_vectors(x: &[f32], rows: usize, w: &Bf16Rows<'_>, bias: Option<&[f32]>) -> Vec<f32> {
+) -> Vec<f32> {
     let mut y = vec![0f32; rows * w.d_output];
     if rows == 0 || w.d_output == 0 {
         return y;
@@ -551,25 +507,8 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::half::bf16_to_f32;
+    use crate::half::linear_bf16_dot;
     use crate::testing::{assert_a_nan_stays_in_its_row, for_each_bf16_product};
-
-    #[test]
-    fn rounding_is_to_the_nearest_bfloat16_ties_to_even() {
-        // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1).
-        assert_eq!(round_to_bf16(1.0 + 2f32.powi(-8)), 0x3f80);
-        // 1 + 3·2^-8 lies halfway between 1 + 2^-7 (odd) and 1 + 2^-6: up.
-        assert_eq!(round_to_bf16(1.0 + 3.0 * 2f32.powi(-8)), 0x3f82);
-        assert_eq!(round_to_bf16(1.0 + 2f32.powi(-8) + 2f32.powi(-20)), 0x3f81);
-        assert_eq!(round_to_bf16(-2.5), 0xc020);
-        assert_eq!(round_to_bf16(f32::INFINITY), 0x7f80);
-        assert_eq!(
-            round_to_bf16(f32::MAX),
-            0x7f80,
-            "past the largest bfloat16: infinity"
-        );
-        assert!(bf16_to_f32(round_to_bf16(f32::NAN)).is_nan());
-    }
 
     #[test]
     fn equals_the_sums_of_the_rounded_inputs_for_every_shape_stride_and_tail() {

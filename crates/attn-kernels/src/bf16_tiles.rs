@@ -39,7 +39,7 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 use crate::bf16_dot::{NR, Out, Tasks, pack_rows, pack_stripe};
-use crate::half::Bf16Rows;
+use crate::weight_rows::{Bf16Rows, bf16_to_f32, check_operands, round_to_bf16};
 
 /// Rows of a tile, and pairs in a row of a tile (64 bytes).
 const TILE: usize = 16;
@@ -107,7 +107,7 @@ pub(crate) fn linear<T: Tiles>(
     w: &Bf16Rows<'_>,
     bias: Option<&[f32]>,
 ) -> Vec<f32> {
-    crate::half::check_operands(x, rows, w, bias);
+    check_operands(x, rows, w, bias);
     let mut y = vec![0f32; rows * w.d_output];
     if rows == 0 || w.d_output == 0 {
         return y;
@@ -267,9 +267,7 @@ fn agrees_with_the_definition<T: Tiles>(tiles: impl Fn() -> T) -> bool {
     let (rows, d_input, pairs) = (BLOCK_ROWS, 70, 48);
     // The rows of x as pairs, packed here rather than by `pack_rows`: its threads, while this
     // runs inside `Amx::usable`'s `OnceLock`, could take a task that asks for the same lock.
-    let x = |r: usize, i: usize| {
-        crate::half::round_to_bf16(((r * d_input + i) * 7 % 11) as f32 / 4.0 - 1.25)
-    };
+    let x = |r: usize, i: usize| round_to_bf16(((r * d_input + i) * 7 % 11) as f32 / 4.0 - 1.25);
     let a: Vec<u32> = (0..rows)
         .flat_map(|r| {
             (0..pairs).map(move |p| {
@@ -282,7 +280,7 @@ fn agrees_with_the_definition<T: Tiles>(tiles: impl Fn() -> T) -> bool {
         })
         .collect();
     let values: Vec<u16> = (0..NR * d_input)
-        .map(|i| crate::half::round_to_bf16((i * 5 % 13) as f32 / 4.0 - 1.5))
+        .map(|i| round_to_bf16((i * 5 % 13) as f32 / 4.0 - 1.5))
         .collect();
     let w = Bf16Rows {
         values: &values,
@@ -445,7 +443,7 @@ impl Definition {
     /// (DAZ).
     fn bf16(&self, t: u8, row: usize, i: usize) -> f32 {
         let at = &self.data[usize::from(t)][64 * row + 2 * i..];
-        denormal_as_zero(crate::half::bf16_to_f32(u16::from_le_bytes([at[0], at[1]])))
+        denormal_as_zero(bf16_to_f32(u16::from_le_bytes([at[0], at[1]])))
     }
 
     /// Element `i` of row `row` of tile `t`, as `f32`.
@@ -556,7 +554,6 @@ impl Tiles for Definition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::half::round_to_bf16;
     use crate::testing::{assert_a_nan_stays_in_its_row, for_each_bf16_product};
 
     /// 16 rows of 64 bytes from `values` (row-major, 32 `bfloat16` a row).

@@ -12,12 +12,20 @@
 //! contiguous), read as dot products: the same layout as burn's `[d_input, d_output]` weight
 //! when it is a transposed view of that storage, as a loaded checkpoint's is, and as a tied
 //! embedding table seen as the output head is. Output rows are split among rayon's threads.
+//!
+//! Many rows are a matrix product: [`linear_bf16_dot`] rounds `x` to `bfloat16` and runs on
+//! `vdpbf16ps` (`bf16_dot.rs`) or, from 16 rows on a CPU with AMX, on its tiles
+//! (`bf16_tiles.rs`). The choice is made here, above both kernels, so that neither imports the
+//! other's caller.
 
 use rayon::prelude::*;
 
-pub use crate::bf16_dot::{bf16_dot_instructions, has_bf16_dot, linear_bf16_dot, round_to_bf16};
+pub use crate::bf16_dot::has_bf16_dot;
+use crate::bf16_tiles::Amx;
 use crate::instructions::Instructions;
 use crate::simd::{Kernels, Pass};
+use crate::weight_rows::check_operands;
+pub use crate::weight_rows::{Bf16Rows, Rows, Weight, bf16_to_f32, round_to_bf16};
 
 /// Values accumulated side by side in each dot product: two AVX-512 registers' worth, so that
 /// two chains of additions run at once.
@@ -25,59 +33,6 @@ const LANES: usize = 32;
 
 /// Output values per rayon task: enough weights (`OUTPUTS · d_input`) to pay for a task.
 const OUTPUTS: usize = 64;
-
-/// `W` in PyTorch's `Linear` layout: `d_output` rows of `d_input` values, row `j` starting at
-/// `offset + j · row`; `T` is `u16` for `bfloat16` bits ([`Bf16Rows`]) or `f32`.
-#[derive(Clone, Copy, Debug)]
-pub struct Rows<'a, T> {
-    /// The stored values (`bfloat16` as `u16` bit patterns).
-    pub values: &'a [T],
-    /// Index of `W[0, 0]` in `values`.
-    pub offset: usize,
-    /// Rows (outputs).
-    pub d_output: usize,
-    /// Values per row (inputs).
-    pub d_input: usize,
-    /// Distance between the starts of two rows, at least `d_input`.
-    pub row: usize,
-}
-
-/// `bfloat16` weights, as their bits.
-pub type Bf16Rows<'a> = Rows<'a, u16>;
-
-impl<T> Rows<'_, T> {
-    /// Row `j`'s `d_input` values.
-    fn row(&self, j: usize) -> &[T] {
-        let start = self.offset + j * self.row;
-        &self.values[start..start + self.d_input]
-    }
-}
-
-/// A stored weight, read as the `f32` it is or widens to.
-pub trait Weight: Copy + Send + Sync {
-    /// The value as an `f32`.
-    fn widen(self) -> f32;
-}
-
-impl Weight for u16 {
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        bf16_to_f32(self)
-    }
-}
-
-impl Weight for f32 {
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self
-    }
-}
-
-/// `bits` as the `f32` whose upper half they are.
-#[inline(always)]
-pub fn bf16_to_f32(bits: u16) -> f32 {
-    f32::from_bits(u32::from(bits) << 16)
-}
 
 /// `y = x · Wᵀ + bias` for `rows` rows of `x` (`[rows, d_input]`, contiguous), `W` as
 /// [`Bf16Rows`]: `[rows, d_output]`, row-major.
@@ -178,18 +133,43 @@ fn by_rows(
     y
 }
 
-/// Panics unless `x` is `rows · d_input` long, `bias` is `d_output` long and `W`'s rows lie
-/// inside its values: the operands of a product `x · Wᵀ + bias`.
-pub(crate) fn check_operands<T>(x: &[f32], rows: usize, w: &Rows<'_, T>, bias: Option<&[f32]>) {
-    assert_eq!(x.len(), rows * w.d_input, "x is [rows, d_input]");
-    assert!(w.row >= w.d_input, "rows overlap");
-    if w.d_output > 0 {
-        let end = w.offset + (w.d_output - 1) * w.row + w.d_input;
-        assert!(end <= w.values.len(), "W ends at {end}, past its values");
+/// `y = bf16(x) · Wᵀ + bias` for `rows` rows of `x` (`[rows, d_input]`, contiguous), `W` as
+/// [`Bf16Rows`]: `[rows, d_output]`, row-major. `None` where the CPU has no `vdpbf16ps`
+/// ([`has_bf16_dot`]). From 16 rows on a CPU with AMX, the products run on its tiles (as
+/// PyTorch's do there), else on `vdpbf16ps`; the sums are the same but for their rounding.
+///
+/// # Panics
+/// When `x` is not `rows · d_input` long, `bias` not `d_output`, or `W`'s rows run past its
+/// values.
+pub fn linear_bf16_dot(
+    x: &[f32],
+    rows: usize,
+    w: &Bf16Rows<'_>,
+    bias: Option<&[f32]>,
+) -> Option<Vec<f32>> {
+    check_operands(x, rows, w, bias);
+    if !has_bf16_dot() {
+        return None;
     }
-    if let Some(b) = bias {
-        assert_eq!(b.len(), w.d_output, "bias is [d_output]");
+    if w.d_input == 0 {
+        // No inputs: every output is its bias.
+        return Some(bias.map_or_else(|| vec![0.0; rows * w.d_output], |b| b.repeat(rows)));
     }
+    if let Some(tiles) = Amx::for_rows(rows) {
+        return Some(crate::bf16_tiles::linear(&|| tiles, x, rows, w, bias));
+    }
+    Some(crate::bf16_dot::on_vectors(x, rows, w, bias))
+}
+
+/// The instructions on which [`linear_bf16_dot`] multiplies `rows` rows in this process, by
+/// the names `/proc/cpuinfo` gives them: `amx-bf16` (AMX's `tdpbf16ps`, from 16 rows) or
+/// `avx512bf16` (`vdpbf16ps`); `None` where it returns `None`.
+pub fn bf16_dot_instructions(rows: usize) -> Option<&'static str> {
+    if !has_bf16_dot() {
+        return None;
+    }
+    let tiles = Amx::for_rows(rows).is_some();
+    Some(if tiles { "amx-bf16" } else { "avx512bf16" })
 }
 
 /// The dot products of outputs `first..` (as many as `out` holds, `rows` values each) with

@@ -40,8 +40,10 @@
 //! layer_norm.rs                       LayerNorm's and RMSNorm's row loops
 //! rotary.rs                           rotary positions on rows
 //! products.rs                         matrix products through gemm (Matrix, product)
-//! half.rs                             products with bfloat16 weights (Bf16Rows, linear_bf16)
-//! bf16_dot.rs, bf16_tiles.rs          many rows by bfloat16 weights: vdpbf16ps, AMX tiles
+//! half.rs                             products with bfloat16 weights, and the kernel for many rows
+//! bf16_tiles.rs                       many rows by bfloat16 weights on AMX tiles
+//! bf16_dot.rs                         many rows on vdpbf16ps, and the packing both kernels use
+//! weight_rows.rs                      weights stored as rows (Rows, Bf16Rows), bfloat16 bits
 //! adam.rs                             Adam's element loop (AdamStep)
 //! problem.rs                          the inputs as slices (Problem, Rows, Broadcast)
 //! tiling.rs                           block sizes and tasks from the machine (CpuCaches)
@@ -89,6 +91,7 @@ mod simd;
 #[cfg(test)]
 mod testing;
 mod tiling;
+mod weight_rows;
 
 pub use activation::{GeluForm, gelu, gelu_backward, gelu_tanh, silu_mul};
 pub use adam::{AdamStep, AdamWStep};

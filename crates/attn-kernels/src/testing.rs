@@ -3,7 +3,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::half::{Bf16Rows, bf16_to_f32, round_to_bf16};
+use crate::weight_rows::{Bf16Rows, bf16_to_f32, round_to_bf16};
 
 /// Seeded random inputs, the same on every platform.
 pub(crate) struct SeededRng(ChaCha8Rng);
