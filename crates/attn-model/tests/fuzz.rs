@@ -7,7 +7,8 @@
 //! the weights), `model.safetensors` (its 8-byte header length, its JSON header, its bytes),
 //! a pickled PyTorch file, `model.safetensors.index.json`, chat templates with
 //! `tokenizer_config.json`, and `generation_config.json`. Templates that loop, recurse or grow
-//! without end must stop at the renderer's bounds.
+//! without end must stop at the renderer's bounds; chains of operators among brackets and
+//! strings that hold `}}` must be refused past their bound and render below it.
 //!
 //! `ATTN_FUZZ_CASES` sets the cases of the fast readers (the model loads run half of them, the
 //! shard indexes a quarter), `ATTN_FUZZ_SEED` the seed:
@@ -19,10 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use attn_model::hf::{
-    Bert, BertConfig, CHAT_PROMPT_MAX_BYTES, CHAT_TEMPLATE_FILE, CONFIG_FILE, CausalLm, ChatError,
-    ChatMessage, ChatTemplate, GENERATION_CONFIG_FILE, GenerationDefaults, Gpt2, Gpt2Config,
-    LlamaConfig, SHARD_INDEX_FILE, SpecialTokens, TOKENIZER_CONFIG_FILE, read_config,
-    read_llama_weights, read_weights,
+    Bert, BertConfig, CHAT_MAX_CHAIN, CHAT_PROMPT_MAX_BYTES, CHAT_TEMPLATE_FILE, CONFIG_FILE,
+    CausalLm, ChatError, ChatMessage, ChatTemplate, GENERATION_CONFIG_FILE, GenerationDefaults,
+    Gpt2, Gpt2Config, LlamaConfig, SHARD_INDEX_FILE, SpecialTokens, TOKENIZER_CONFIG_FILE,
+    read_config, read_llama_weights, read_weights,
 };
 use attn_model::{ModelError, StateDict};
 use attn_testing::mutate::{self, Mutated};
@@ -876,4 +877,128 @@ fn a_template_that_writes_without_end_stops_at_the_prompt_bound() {
         rendered,
         "{\n  \"role\": \"system\",\n  \"content\": \"Be brief.\"\n}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chains of operators, with brackets and strings that hold the tags' closing marks
+
+/// One operand of a generated chain: its Jinja text and the string it evaluates to.
+#[derive(Clone, Debug)]
+struct Operand {
+    jinja: String,
+    value: String,
+}
+
+/// A Jinja string literal of `value` (double quotes; `\` and `"` escaped).
+fn string_literal(value: &str) -> String {
+    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Operands whose text holds what could end a tag early or hide an operator from a scan:
+/// string literals made of `}}`, `%}`, `{#`, quotes and backslashes; dict literals read back by
+/// key (`{"k": v}.k`, a `}}` when nested); lists read back by index; parenthesised pairs.
+fn operand() -> impl Strategy<Value = Operand> {
+    let piece = proptest::sample::select(vec![
+        "}}", "%}", "{{", "{%", "{#", "#}", "}", "{", "]", ")", "'", "\"", "\\", "x", " ", "~",
+        "+", "-}}", "endraw",
+    ]);
+    let leaf = proptest::collection::vec(piece, 0..4).prop_map(|pieces| {
+        let value = pieces.concat();
+        Operand {
+            jinja: string_literal(&value),
+            value,
+        }
+    });
+    leaf.prop_recursive(2, 8, 2, |inner| {
+        prop_oneof![
+            inner.clone().prop_map(|o| Operand {
+                jinja: format!("{{\"k\": {}}}.k", o.jinja),
+                value: o.value,
+            }),
+            inner.clone().prop_map(|o| Operand {
+                jinja: format!("[{}][0]", o.jinja),
+                value: o.value,
+            }),
+            (inner.clone(), inner).prop_map(|(a, b)| Operand {
+                jinja: format!("({} ~ {})", a.jinja, b.jinja),
+                value: a.value + &b.value,
+            }),
+        ]
+    })
+}
+
+/// A tag chaining its operands with `~`: short chains, and chains past [`CHAT_MAX_CHAIN`];
+/// in a `{{ }}` tag or a `{% set %}` tag printed after it.
+fn chain_cases() -> impl Strategy<Value = (Vec<Operand>, bool)> {
+    let count = prop_oneof![3 => 1..20usize, 1 => CHAT_MAX_CHAIN + 2..3 * CHAT_MAX_CHAIN];
+    (
+        count.prop_flat_map(|n| proptest::collection::vec(operand(), n)),
+        any::<bool>(),
+    )
+}
+
+#[test]
+fn operator_chains_are_refused_past_the_bound_and_render_below_it() {
+    fuzz(8, chain_cases(), |(operands, in_set)| {
+        let chain = operands
+            .iter()
+            .map(|o| o.jinja.as_str())
+            .collect::<Vec<_>>()
+            .join(" ~ ");
+        let source = if in_set {
+            format!("{{% set s = {chain} %}}{{{{ s }}}}")
+        } else {
+            format!("{{{{ {chain} }}}}")
+        };
+        let what = format!(
+            "{} operands: {}",
+            operands.len(),
+            &source[..source.len().min(200)]
+        );
+        // The `~` between operands alone: a checker that misses any of them lets a tree this
+        // deep reach the parser.
+        let links = operands.len() - 1;
+        match render_hostile(&source) {
+            Ok(rendered) => {
+                assert!(
+                    links <= CHAT_MAX_CHAIN,
+                    "{what}: a chain of {links} rendered"
+                );
+                let expected: String = operands.iter().map(|o| o.value.as_str()).collect();
+                assert_eq!(rendered, expected, "{what}");
+            }
+            Err(err) => {
+                assert!(links > CHAT_MAX_CHAIN, "{what}: refused: {err}");
+                assert!(
+                    matches!(err, ChatError::Template { line: Some(1), .. })
+                        && err.to_string().contains("operators, more than the 500"),
+                    "{what}: {err}"
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn a_chain_after_a_dict_literal_is_refused_on_load() {
+    // The first `}}` closes the inner dict, not the tag: 100000 `~` follow it in one tag, a
+    // tree that overflowed the stack when minijinja compiled it.
+    let source = format!(
+        "{{{{ {{\"a\": {{\"b\": 1}}}}.a.b{} }}}}",
+        " ~ \"x\"".repeat(100_000)
+    );
+    let scratch = Scratch::new("dict-chain");
+    let dir = scratch.folder("llama_tiny", "llama_tiny", &[TOKENIZER_CONFIG_FILE]);
+    write(&dir.join(CHAT_TEMPLATE_FILE), &source);
+    let err = ChatTemplate::from_folder(&dir).expect_err("refused on load");
+    assert!(
+        matches!(err, ChatError::Template { line: Some(1), .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("a tag chains 100002 operators"),
+        "{err}"
+    );
+    let err = render_hostile(&source).expect_err("refused");
+    assert!(err.to_string().contains("chains 100002 operators"), "{err}");
 }

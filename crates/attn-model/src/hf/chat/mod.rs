@@ -23,7 +23,9 @@
 //! [`ChatTemplate::from_folder`] reads the template as transformers' `from_pretrained` does:
 //! `chat_template.jinja` when the folder has one, else `tokenizer_config.json`'s
 //! `chat_template` (a string, or a list of named templates of which the one named `"default"`
-//! is taken). Only regular files of at most [`CHAT_MAX_BYTES`] are read.
+//! is taken). Only regular files of at most [`CHAT_MAX_BYTES`] are read. Loading reads the
+//! source and checks it without parsing it ([`ChatTemplate::new`]); minijinja parses and
+//! compiles it only when it renders ([`ChatTemplate::render`]).
 //!
 //! A template is a program from the model folder, so a rendering is bounded: it runs at most
 //! [`CHAT_RENDER_FUEL`] instructions (minijinja's fuel) and [`CHAT_RECURSION_LIMIT`] levels of
@@ -46,7 +48,6 @@ mod python;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
 use std::path::Path;
 
 use minijinja::{AutoEscape, Environment};
@@ -129,21 +130,14 @@ pub struct SpecialTokens {
     pub pad: Option<String>,
 }
 
-/// A compiled chat template with the special tokens it renders with.
-#[derive(Clone)]
+/// A chat template's source, checked but not compiled, with the special tokens it renders
+/// with. Loading a template runs none of it: minijinja parses and compiles it only in
+/// [`render`](ChatTemplate::render), so that a program that renders in a child process
+/// (as `attn_train::render` does) never parses a hostile template in its own.
+#[derive(Clone, Debug)]
 pub struct ChatTemplate {
     source: String,
     special: SpecialTokens,
-    env: Environment<'static>,
-}
-
-impl fmt::Debug for ChatTemplate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChatTemplate")
-            .field("source", &self.source)
-            .field("special", &self.special)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The variables transformers renders a template with.
@@ -181,7 +175,8 @@ impl ChatTemplate {
     /// than [`CHAT_MAX_BYTES`], [`ChatError::Json`] and [`ChatError::WrongType`] for a
     /// `tokenizer_config.json` that does not parse or holds a value of the wrong type,
     /// [`ChatError::NoDefaultTemplate`] for a list with no `"default"`, and
-    /// [`ChatError::Template`] for a template that does not compile.
+    /// [`ChatError::Template`] for a template that [`new`](Self::new) refuses. The template
+    /// is not compiled.
     pub fn from_folder(folder: &Path) -> Result<Option<ChatTemplate>, ChatError> {
         if !folder.is_dir() {
             return Err(ChatError::Read {
@@ -208,13 +203,21 @@ impl ChatTemplate {
         ChatTemplate::new(source, special).map(Some)
     }
 
-    /// Compiles `source` with transformers' settings.
+    /// `source` with `special`, checked without being parsed: no tag may chain more than
+    /// [`CHAT_MAX_CHAIN`] operators, nor the template hold more `elif` branches, which
+    /// minijinja's parser would build into trees too deep for the stack. Whether `source` is
+    /// valid Jinja is found when it renders.
     ///
     /// # Errors
-    /// [`ChatError::Template`], with the line, when `source` does not compile or chains more
-    /// than [`CHAT_MAX_CHAIN`] operators in one tag or `elif` branches in all.
+    /// [`ChatError::Template`], with the line, when `source` chains more than
+    /// [`CHAT_MAX_CHAIN`] operators in one tag or `elif` branches in all.
     pub fn new(source: String, special: SpecialTokens) -> Result<ChatTemplate, ChatError> {
-        check_chains(&source)?;
+        check_chains(&open_generation_blocks(&source))?;
+        Ok(ChatTemplate { source, special })
+    }
+
+    /// Compiles the template with transformers' settings, bounded as the module says.
+    fn compile(&self) -> Result<Environment<'static>, ChatError> {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -226,20 +229,18 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
-        env.add_template_owned(TEMPLATE_NAME, open_generation_blocks(&source))
+        env.add_template_owned(TEMPLATE_NAME, open_generation_blocks(&self.source))
             .map_err(|err| template_error(&err))?;
-        Ok(ChatTemplate {
-            source,
-            special,
-            env,
-        })
+        Ok(env)
     }
 
     /// The prompt for `messages`, as transformers'
     /// `apply_chat_template(messages, tokenize=False, add_generation_prompt=...)` renders it;
-    /// `add_generation_prompt` asks the template to open the assistant's turn.
+    /// `add_generation_prompt` asks the template to open the assistant's turn. The template
+    /// is compiled here, at each call.
     ///
     /// # Errors
+    /// [`ChatError::Template`], with the line, when the template does not compile;
     /// [`ChatError::Raised`] when the template calls `raise_exception`,
     /// [`ChatError::RenderLimit`] when it runs past [`CHAT_RENDER_FUEL`] instructions, nests
     /// deeper than [`CHAT_RECURSION_LIMIT`] or writes more than [`CHAT_PROMPT_MAX_BYTES`],
@@ -259,8 +260,8 @@ impl ChatTemplate {
             unk_token: self.special.unk.as_deref(),
             pad_token: self.special.pad.as_deref(),
         };
-        let template = self
-            .env
+        let env = self.compile()?;
+        let template = env
             .get_template(TEMPLATE_NAME)
             .map_err(|err| template_error(&err))?;
         let mut prompt = BoundedOutput::default();

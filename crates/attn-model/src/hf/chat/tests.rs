@@ -811,9 +811,14 @@ fn raise_exception_gives_its_message() {
 }
 
 #[test]
-fn malformed_template_names_the_line() {
+fn malformed_template_names_the_line_when_it_renders() {
+    // Loading checks the source without parsing it; the syntax error comes from the
+    // rendering, which is where the template is compiled.
     let source = "{% for message in messages %}\n{{ message.content }}\n{% if %}\n{% endfor %}";
-    match ChatTemplate::new(source.into(), SpecialTokens::default()) {
+    let template =
+        ChatTemplate::new(source.into(), SpecialTokens::default()).expect("only checked");
+    assert_eq!(template.source(), source);
+    match template.render(&[], false) {
         Err(err @ ChatError::Template { line, .. }) => {
             assert_eq!(line, Some(3), "{err}");
             assert!(err.to_string().contains("line 3"), "{err}");
@@ -821,8 +826,9 @@ fn malformed_template_names_the_line() {
         other => panic!("expected ChatError::Template, got {other:?}"),
     }
     let unclosed = "{% for message in messages %}\n{{ message.content }}\n";
-    let err =
-        ChatTemplate::new(unclosed.into(), SpecialTokens::default()).expect_err("an unclosed for");
+    let err = ChatTemplate::new(unclosed.into(), SpecialTokens::default())
+        .and_then(|template| template.render(&[], false))
+        .expect_err("an unclosed for");
     assert!(matches!(err, ChatError::Template { .. }), "{err}");
     assert!(err.to_string().contains("syntax error"), "{err}");
 }
