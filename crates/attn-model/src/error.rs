@@ -2,6 +2,7 @@
 //! inputs that arrive at run time with the wrong shape or ids, and PyTorch weights that do not
 //! fit. Each variant names the numbers involved.
 
+use crate::files::FileError;
 use attn_core::AttentionError;
 use attn_pos::PosError;
 use thiserror::Error;
@@ -224,6 +225,10 @@ pub enum ModelError {
     /// A model folder's `config.json` cannot be used.
     #[error("model config: {0}")]
     Config(#[from] ConfigError),
+    /// A file that is missing, is not a regular file (a FIFO, a device, a folder), is a link
+    /// out of its model folder, is longer than its bound or cannot be read; it names the file.
+    #[error(transparent)]
+    File(#[from] FileError),
     /// Attention itself refused the shapes or options.
     #[error("attention: {0}")]
     Attention(#[from] AttentionError),
@@ -277,7 +282,7 @@ pub enum ModelError {
 /// A model folder's configuration that cannot be read or does not fit the checkpoint.
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    /// `config.json` cannot be read or parsed.
+    /// `config.json` (or a shard index) cannot be parsed.
     #[error("cannot read {path}: {reason}")]
     Read {
         /// The file.

@@ -11,6 +11,10 @@
 //! `attn-pos`'s ([`PositionalScheme`]). This crate never picks a backend: every module lives on
 //! the [`Device`](burn::tensor::Device) its `init` is given.
 //!
+//! The imports read only the files their caller names, through [`files`]: regular files,
+//! within a bound, and of a model folder only those inside it (a link may lead into the folder,
+//! or into a Hugging Face cache's `blobs`, never elsewhere).
+//!
 //! Configuration mistakes (heads that do not divide `d_model`, dropout outside `[0, 1)`, ...)
 //! are [`ModelError`]s returned by `validate()` and `init` before any tensor is made; inputs
 //! that arrive at run time (token ids, lengths, mask shapes, PyTorch files) are checked by the
@@ -53,6 +57,7 @@ mod encoder;
 mod encoder_decoder;
 mod error;
 mod feed_forward;
+pub mod files;
 mod generate;
 pub mod hf;
 mod norm;

@@ -29,12 +29,15 @@ const HEADER_MAX_BYTES: u64 = 100_000_000;
 /// Every tensor of the safetensors file at `path`, each read when it is asked for.
 ///
 /// # Errors
-/// [`ModelError::Load`] naming the path when the file cannot be opened or is not a regular
-/// file, or its header is too long, malformed or does not describe the bytes that follow it.
+/// [`ModelError::File`] naming the path when nothing is there or it is not a regular file
+/// (checked before it is opened: opening a FIFO would block), [`ModelError::Load`] naming it
+/// when the file cannot be opened, or its header is too long, malformed or does not describe
+/// the bytes that follow it.
 pub(crate) fn tensors(path: &Path) -> Result<BTreeMap<String, PackTensor>, ModelError> {
     let fail = |reason: String| ModelError::Load {
         reason: format!("{}: {reason}", path.display()),
     };
+    crate::files::regular_file(path)?;
     let mut file = File::open(path).map_err(|e| fail(e.to_string()))?;
     let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
     if !meta.is_file() {

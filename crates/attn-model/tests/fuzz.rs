@@ -129,6 +129,7 @@ fn assert_message(err: &impl Display, path: Option<&Path>, what: &str) {
 fn named_path(err: &ModelError) -> Option<&str> {
     match err {
         ModelError::Config(attn_model::ConfigError::Read { path, .. }) => Some(path),
+        ModelError::File(err) => err.path().to_str(),
         _ => None,
     }
 }
@@ -647,8 +648,8 @@ fn chat_cases() -> impl Strategy<Value = (ChatCase, bool)> {
 /// The file a [`ChatError`] promises to name, if any.
 fn chat_error_path(err: &ChatError) -> Option<&str> {
     match err {
+        ChatError::File(err) => err.path().to_str(),
         ChatError::Read { path, .. }
-        | ChatError::TooLarge { path, .. }
         | ChatError::Json { path, .. }
         | ChatError::WrongType { path, .. }
         | ChatError::NoDefaultTemplate { path, .. } => Some(path),

@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use attn_model::hf::{
-    Bert, BertConfig, CausalLm, GenerationDefaults, Gpt2, Gpt2Config, read_config, read_weights,
+    Bert, BertConfig, CausalLm, ChatTemplate, GenerationDefaults, Gpt2, Gpt2Config,
+    SHARD_INDEX_FILE, read_config, read_llama_weights, read_weights,
 };
 use attn_model::ops::linear_serves;
 use attn_model::{ConfigError, GenerateConfig, ModelError, Prompt, TokenDecoderInput};
@@ -797,7 +798,7 @@ fn a_config_that_is_not_a_small_regular_file_is_refused() {
     std::os::unix::fs::symlink("/dev/zero", &config).expect("symlink");
     refused(
         "a symlink to /dev/zero",
-        "it is a device; only a regular file is read",
+        "config.json is a device, not a regular file; only regular files are read",
     );
     std::fs::remove_file(&config).expect("remove");
     let status = std::process::Command::new("mkfifo")
@@ -805,10 +806,16 @@ fn a_config_that_is_not_a_small_regular_file_is_refused() {
         .status()
         .expect("mkfifo runs");
     assert!(status.success());
-    refused("a FIFO", "it is a FIFO; only a regular file is read");
+    refused(
+        "a FIFO",
+        "config.json is a FIFO, not a regular file; only regular files are read",
+    );
     std::fs::remove_file(&config).expect("remove");
     std::fs::create_dir(&config).expect("a folder");
-    refused("a folder", "it is a folder; only a regular file is read");
+    refused(
+        "a folder",
+        "config.json is a folder, not a regular file; only regular files are read",
+    );
     std::fs::remove_dir(&config).expect("remove");
     std::fs::write(&config, vec![b' '; 2 << 20]).expect("write");
     refused("2 MiB of spaces", "2097152 bytes, more than the 1048576");
@@ -903,4 +910,219 @@ fn llama_family_a_missing_shard_and_a_misshapen_tensor_are_named() {
         "{text}"
     );
     std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// Runs `f` on another thread, failing the test if it does not return within 20 s (opening a
+/// FIFO blocks until a writer comes).
+fn within_time<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(f());
+    });
+    receiver
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what}: blocked"))
+}
+
+/// A fresh folder `case` holding copies of `files` of the test folder `model`.
+fn copied_folder(model: &str, case: &str, files: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("attn-hf-{}-{model}-{case}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for file in files {
+        std::fs::copy(folder(model).join(file), dir.join(file)).expect("copy");
+    }
+    dir
+}
+
+#[cfg(unix)]
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Weights that are not regular files (a FIFO, a link to a device) are named as such, not as
+/// missing, and nothing blocks on them.
+#[cfg(unix)]
+#[test]
+fn weights_and_shards_that_are_not_regular_files_are_named_as_such() {
+    let dir = copied_folder("gpt2_tiny", "fifo-weights", &["config.json"]);
+    let weights = dir.join("model.safetensors");
+    mkfifo(&weights);
+    let read = dir.clone();
+    let err =
+        within_time("a FIFO model.safetensors", move || read_weights(&read)).expect_err("a FIFO");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{} is a FIFO, not a regular file; only regular files are read",
+            weights.display()
+        )
+    );
+    std::fs::remove_dir_all(&dir).expect("clean up");
+
+    let shards: Vec<String> = (1..=10)
+        .map(|i| format!("model-{i:05}-of-00010.safetensors"))
+        .collect();
+    let mut files: Vec<&str> = shards.iter().map(String::as_str).collect();
+    files.extend([SHARD_INDEX_FILE, "config.json"]);
+    let dir = copied_folder("mistral_tiny", "odd-shards", &files);
+    let shard = dir.join(&shards[6]);
+    std::fs::remove_file(&shard).expect("remove");
+    mkfifo(&shard);
+    let read = dir.clone();
+    let err = within_time("a FIFO shard", move || read_llama_weights(&read)).expect_err("a FIFO");
+    assert!(
+        err.to_string().contains(&format!(
+            "{} is a FIFO, not a regular file",
+            shard.display()
+        )),
+        "{err}"
+    );
+    std::fs::remove_file(&shard).expect("remove");
+    std::os::unix::fs::symlink("/dev/zero", &shard).expect("a link");
+    let read = dir.clone();
+    let err = within_time("a shard linked to /dev/zero", move || {
+        read_llama_weights(&read)
+    })
+    .expect_err("a device");
+    assert!(
+        err.to_string().contains(&format!(
+            "{} is a device, not a regular file",
+            shard.display()
+        )),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// The files of a Hugging Face cache's revision, each a link `../../blobs/HASH`, made from
+/// `files` of the test folder `model` under `root`: the revision folder.
+#[cfg(unix)]
+fn cache_revision(root: &Path, model: &str, files: &[&str]) -> PathBuf {
+    let repository = root.join(format!("models--attn--{model}"));
+    let revision = repository.join("snapshots/3f2a9c0d");
+    std::fs::create_dir_all(&revision).expect("a folder");
+    std::fs::create_dir_all(repository.join("blobs")).expect("a folder");
+    for (i, file) in files.iter().enumerate() {
+        let blob = format!("{i:040x}");
+        std::fs::copy(
+            folder(model).join(file),
+            repository.join("blobs").join(&blob),
+        )
+        .expect("copy");
+        std::os::unix::fs::symlink(format!("../../blobs/{blob}"), revision.join(file))
+            .expect("a link");
+    }
+    revision
+}
+
+#[cfg(unix)]
+#[test]
+fn a_hugging_face_cache_revision_loads_through_its_links_into_blobs() {
+    let device = Device::flex();
+    let root = std::env::temp_dir().join(format!("attn-hf-{}-cache", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let files = [
+        "config.json",
+        "generation_config.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "model.safetensors",
+    ];
+    let revision = cache_revision(&root, "llama_tiny", &files);
+    let plain = folder("llama_tiny");
+    let ids = Tensor::<2, Int>::from_ints([[1, 7, 42, 99]], &device);
+    let logits = |dir: &Path| {
+        let model = CausalLm::from_pretrained(dir, &device).expect("loads");
+        to_vec(model.try_forward(ids.clone(), None).expect("runs"))
+    };
+    assert_eq!(logits(&revision), logits(&plain));
+    let template = ChatTemplate::from_folder(&revision)
+        .expect("reads")
+        .expect("a template");
+    assert_eq!(
+        template.source(),
+        std::fs::read_to_string(plain.join("chat_template.jinja")).expect("the template")
+    );
+    assert_eq!(
+        GenerationDefaults::from_folder(&revision).expect("reads"),
+        GenerationDefaults::from_folder(&plain).expect("reads")
+    );
+
+    // A sharded checkpoint's index and shards, all links.
+    let shards: Vec<String> = (1..=10)
+        .map(|i| format!("model-{i:05}-of-00010.safetensors"))
+        .collect();
+    let mut files: Vec<&str> = shards.iter().map(String::as_str).collect();
+    files.extend([SHARD_INDEX_FILE, "config.json"]);
+    let revision = cache_revision(&root, "mistral_tiny", &files);
+    assert_eq!(
+        read_llama_weights(&revision).expect("reads").values(),
+        read_llama_weights(&folder("mistral_tiny"))
+            .expect("reads")
+            .values()
+    );
+    std::fs::remove_dir_all(&root).expect("clean up");
+}
+
+/// A model folder's file that links out of it (`chat_template.jinja` to a private file,
+/// `config.json` and the weights to another folder's) is refused, naming the link and its
+/// target: nothing outside is read into a prompt or a model.
+#[cfg(unix)]
+#[test]
+fn a_file_that_links_out_of_its_folder_is_refused_naming_link_and_target() {
+    let device = Device::flex();
+    let root = std::env::temp_dir().join(format!("attn-hf-{}-link-out", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.join("model");
+    std::fs::create_dir_all(&dir).expect("a folder");
+    let secret = root.join("passwd");
+    std::fs::write(&secret, "root:x:0:0:root:/root:/bin/bash\n").expect("written");
+    let outside = root.join("elsewhere");
+    std::fs::create_dir_all(&outside).expect("a folder");
+    for file in ["config.json", "model.safetensors", "tokenizer_config.json"] {
+        std::fs::copy(folder("llama_tiny").join(file), outside.join(file)).expect("copy");
+    }
+    std::os::unix::fs::symlink(&secret, dir.join("chat_template.jinja")).expect("a link");
+    let refused = |err: &dyn std::fmt::Display, file: &str, target: &Path| {
+        let text = err.to_string();
+        let target = std::fs::canonicalize(target).expect("exists");
+        assert!(
+            text.contains(&format!(
+                "{} is a link to {}, outside",
+                dir.join(file).display(),
+                target.display()
+            )),
+            "{file}: {text}"
+        );
+    };
+    let err = ChatTemplate::from_folder(&dir).expect_err("a link to a private file");
+    refused(&err, "chat_template.jinja", &secret);
+
+    // The same file inside the folder, linked from beside it, is read.
+    std::fs::remove_file(dir.join("chat_template.jinja")).expect("remove");
+    std::fs::copy(&secret, dir.join("template.txt")).expect("copy");
+    std::os::unix::fs::symlink("template.txt", dir.join("chat_template.jinja")).expect("a link");
+    let template = ChatTemplate::from_folder(&dir)
+        .expect("a link inside")
+        .expect("a template");
+    assert!(template.source().starts_with("root:"));
+
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(folder("llama_tiny").join(file), dir.join(file)).expect("copy");
+    }
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::remove_file(dir.join(file)).expect("remove");
+        std::os::unix::fs::symlink(outside.join(file), dir.join(file)).expect("a link");
+        let err = CausalLm::from_pretrained(&dir, &device).expect_err(file);
+        refused(&err, file, &outside.join(file));
+        std::fs::remove_file(dir.join(file)).expect("remove");
+        std::fs::copy(folder("llama_tiny").join(file), dir.join(file)).expect("copy");
+    }
+    CausalLm::from_pretrained(&dir, &device).expect("the folder's own files load");
+    std::fs::remove_dir_all(&root).expect("clean up");
 }

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{ConfigError, ModelError};
 use crate::feed_forward::Activation;
+use crate::files::{FileError, folder_file, read_bounded};
 
 /// The name of the configuration file in a model folder.
 pub const CONFIG_FILE: &str = "config.json";
@@ -18,52 +19,26 @@ pub const CONFIG_MAX_BYTES: u64 = 1 << 20;
 
 /// Reads and parses `config.json` from a model folder.
 ///
-/// Only a regular file (or a symlink to one) of at most [`CONFIG_MAX_BYTES`] is read: a FIFO,
-/// a device or a folder is refused before it is opened, so that nothing blocks or streams
-/// without end.
+/// Only a regular file of at most [`CONFIG_MAX_BYTES`] is read, or a link to one inside the
+/// folder ([`folder_file`]): a FIFO, a device or a folder is refused before it is opened, so
+/// that nothing blocks or streams without end.
 ///
 /// # Errors
-/// [`ConfigError::Read`] naming the file when it is not a regular file, is too large, cannot be
-/// read or cannot be parsed (a missing key, a value of the wrong type).
+/// [`ModelError::File`] naming the file when it is missing, is not a regular file, links out of
+/// the folder or is too large; [`ConfigError::Read`] naming it when it cannot be parsed (a
+/// missing key, a value of the wrong type).
 pub fn read_config<T: DeserializeOwned>(folder: &Path) -> Result<T, ModelError> {
-    let path = folder.join(CONFIG_FILE);
-    let read_error = |reason: String| ConfigError::Read {
-        path: path.display().to_string(),
-        reason,
-    };
-    let text = read_bounded(&path, CONFIG_MAX_BYTES).map_err(read_error)?;
-    Ok(serde_json::from_str(&text).map_err(|e| read_error(e.to_string()))?)
-}
-
-/// The text of the regular file at `path`, refused when it is anything else or longer than
-/// `max_bytes`.
-pub(crate) fn read_bounded(path: &Path, max_bytes: u64) -> Result<String, String> {
-    use std::io::Read;
-    let metadata = std::fs::metadata(path).map_err(|e| e.to_string())?;
-    if !metadata.is_file() {
-        return Err(format!(
-            "it is {}; only a regular file is read",
-            super::chat::describe(metadata.file_type())
-        ));
-    }
-    if metadata.len() > max_bytes {
-        return Err(format!(
-            "{} bytes, more than the {max_bytes} a configuration file may hold",
-            metadata.len()
-        ));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .map_err(|e| e.to_string())?
-        .take(max_bytes + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| e.to_string())?;
-    if text.len() as u64 > max_bytes {
-        return Err(format!(
-            "grew past the {max_bytes} bytes a configuration file may hold while it was read"
-        ));
-    }
-    Ok(text)
+    let path = folder_file(folder, CONFIG_FILE)?.ok_or_else(|| FileError::NotFound {
+        path: folder.join(CONFIG_FILE),
+    })?;
+    let bytes = read_bounded(&path, CONFIG_MAX_BYTES)?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ConfigError::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        }
+        .into()
+    })
 }
 
 /// A `BertModel`'s `config.json` (`BertConfig`).

@@ -48,13 +48,13 @@ impl GenerationDefaults {
     /// `config.json`, else none at all.
     ///
     /// # Errors
-    /// [`ChatError::Read`] for a file that is not a regular file or cannot be read,
-    /// [`ChatError::TooLarge`] for one longer than
-    /// [`CHAT_MAX_BYTES`](super::chat::CHAT_MAX_BYTES), [`ChatError::Json`] for one that does
+    /// [`ChatError::File`] for a file that is not a regular file, links out of the folder, is
+    /// longer than [`CHAT_MAX_BYTES`](super::chat::CHAT_MAX_BYTES) or cannot be read,
+    /// [`ChatError::Read`] for one that is not UTF-8, [`ChatError::Json`] for one that does
     /// not parse and [`ChatError::WrongType`], naming the key, for a value of the wrong type.
     pub fn from_folder(folder: &Path) -> Result<GenerationDefaults, ChatError> {
         let generation = folder.join(GENERATION_CONFIG_FILE);
-        if let Some(map) = read_json_object(&generation)? {
+        if let Some(map) = read_json_object(folder, GENERATION_CONFIG_FILE)? {
             let settings = Settings {
                 path: &generation,
                 map: &map,
@@ -69,7 +69,7 @@ impl GenerationDefaults {
             });
         }
         let config = folder.join(MODEL_CONFIG_FILE);
-        match read_json_object(&config)? {
+        match read_json_object(folder, MODEL_CONFIG_FILE)? {
             Some(map) => Settings {
                 path: &config,
                 map: &map,
@@ -164,6 +164,7 @@ const IDS: &str = "an integer or a list of integers";
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::FileError;
     use crate::hf::chat::{CHAT_MAX_BYTES, ChatError};
     use std::fs;
     use std::path::PathBuf;
@@ -327,13 +328,16 @@ mod tests {
             .expect("a long file");
         assert!(matches!(
             GenerationDefaults::from_folder(&folder),
-            Err(ChatError::TooLarge { .. })
+            Err(ChatError::File(FileError::TooLarge { .. }))
         ));
         fs::remove_file(folder.join(GENERATION_CONFIG_FILE)).expect("removed");
         fs::create_dir(folder.join(GENERATION_CONFIG_FILE)).expect("a folder");
         assert!(matches!(
             GenerationDefaults::from_folder(&folder),
-            Err(ChatError::Read { .. })
+            Err(ChatError::File(FileError::NotRegular {
+                kind: "a folder",
+                ..
+            }))
         ));
         let _ = fs::remove_dir_all(&folder);
     }

@@ -43,9 +43,10 @@ use burn::tensor::{DType, Device, Int, Tensor};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::config::{read_bounded, read_config};
+use super::config::read_config;
 use crate::error::{ConfigError, ModelError};
 use crate::feed_forward::Activation;
+use crate::files::{folder_file, read_bounded};
 use crate::generate::{GenerateConfig, Generation, Prompt};
 use crate::norm::NormKind;
 use crate::pytorch::{
@@ -693,15 +694,18 @@ fn left_padding(
 /// Reads a Llama-family folder's weights: the shards `model.safetensors.index.json` lists,
 /// else one file as [`read_weights`](super::read_weights) finds it.
 ///
+/// The index and its shards must be regular files, or links to files inside the folder
+/// ([`folder_file`]).
+///
 /// # Errors
-/// [`ConfigError::Read`] for an index that cannot be read, [`ModelError::Load`] naming a
-/// listed shard that is missing or cannot be parsed, and those of
-/// [`read_weights`](super::read_weights).
+/// [`ModelError::File`] for an index or a shard that is not a regular file, links out of the
+/// folder or is too large, [`ConfigError::Read`] for an index that cannot be parsed,
+/// [`ModelError::Load`] naming a listed shard that is missing or cannot be parsed, and those
+/// of [`read_weights`](super::read_weights).
 pub fn read_llama_weights(folder: &Path) -> Result<StateDict, ModelError> {
-    let index_path = folder.join(SHARD_INDEX_FILE);
-    if !index_path.exists() {
+    let Some(index_path) = folder_file(folder, SHARD_INDEX_FILE)? else {
         return super::read_weights(folder);
-    }
+    };
     let read_error = |reason: String| ConfigError::Read {
         path: index_path.display().to_string(),
         reason,
@@ -710,8 +714,8 @@ pub fn read_llama_weights(folder: &Path) -> Result<StateDict, ModelError> {
     struct Index {
         weight_map: BTreeMap<String, String>,
     }
-    let text = read_bounded(&index_path, SHARD_INDEX_MAX_BYTES).map_err(read_error)?;
-    let index: Index = serde_json::from_str(&text).map_err(|e| read_error(e.to_string()))?;
+    let bytes = read_bounded(&index_path, SHARD_INDEX_MAX_BYTES)?;
+    let index: Index = serde_json::from_slice(&bytes).map_err(|e| read_error(e.to_string()))?;
     let mut shards: Vec<&String> = index.weight_map.values().collect();
     shards.sort();
     shards.dedup();
@@ -723,8 +727,7 @@ pub fn read_llama_weights(folder: &Path) -> Result<StateDict, ModelError> {
             ))
             .into());
         }
-        let path = folder.join(shard);
-        if !path.is_file() {
+        let Some(path) = folder_file(folder, shard)? else {
             return Err(ModelError::Load {
                 reason: format!(
                     "{} lists the shard {shard}, which is not in {}",
@@ -732,7 +735,7 @@ pub fn read_llama_weights(folder: &Path) -> Result<StateDict, ModelError> {
                     folder.display()
                 ),
             });
-        }
+        };
         let part = StateDict::from_safetensors_file(&path)?;
         dict = Some(match dict {
             None => part,

@@ -55,6 +55,7 @@ pub use llama::{
 };
 
 use crate::error::{ConfigError, ModelError};
+use crate::files::folder_file;
 use crate::pytorch::{StateDict, TorchLayerNorm, TorchLinear};
 use burn::tensor::Device;
 
@@ -62,26 +63,28 @@ use burn::tensor::Device;
 pub const WEIGHT_FILES: [&str; 3] = ["model.safetensors", "pytorch_model.bin", "model.pt"];
 
 /// Reads a model folder's weights: `model.safetensors`, else the pickled `pytorch_model.bin`
-/// or `model.pt` (through burn-store's PyTorch reader).
+/// or `model.pt` (through burn-store's PyTorch reader). The first of them the folder holds is
+/// read; it must be a regular file, or a link to one inside the folder ([`folder_file`]).
 ///
 /// # Errors
-/// [`ConfigError::NoWeights`] when the folder holds none of them, [`ModelError::Load`] when
-/// the file cannot be parsed.
+/// [`ConfigError::NoWeights`] when the folder holds none of them, [`ModelError::File`] naming
+/// the first it holds when that is not a regular file (a FIFO, a device) or links out of the
+/// folder, [`ModelError::Load`] when the file cannot be parsed.
 pub fn read_weights(folder: &Path) -> Result<StateDict, ModelError> {
-    let [safetensors, bin, pt] = WEIGHT_FILES.map(|file| folder.join(file));
-    if safetensors.is_file() {
-        StateDict::from_safetensors_file(&safetensors)
-    } else if bin.is_file() {
-        StateDict::from_pytorch_file(&bin)
-    } else if pt.is_file() {
-        StateDict::from_pytorch_file(&pt)
-    } else {
-        Err(ConfigError::NoWeights {
-            folder: folder.display().to_string(),
-            files: "model.safetensors, pytorch_model.bin, model.pt",
-        }
-        .into())
+    let [safetensors, bin, pt] = WEIGHT_FILES;
+    if let Some(path) = folder_file(folder, safetensors)? {
+        return StateDict::from_safetensors_file(&path);
     }
+    for pickled in [bin, pt] {
+        if let Some(path) = folder_file(folder, pickled)? {
+            return StateDict::from_pytorch_file(&path);
+        }
+    }
+    Err(ConfigError::NoWeights {
+        folder: folder.display().to_string(),
+        files: "model.safetensors, pytorch_model.bin, model.pt",
+    }
+    .into())
 }
 
 /// Refuses a configuration that does not fit `dict`, before any tensor is made: the token

@@ -59,7 +59,8 @@ impl StateDict {
     /// Reads and parses a safetensors file, at its caller's path.
     ///
     /// # Errors
-    /// [`ModelError::Load`] naming the path when it cannot be read or is not safetensors.
+    /// [`ModelError::File`] naming the path when nothing is there or it is not a regular file,
+    /// [`ModelError::Load`] naming it when it cannot be read or is not safetensors.
     pub fn from_safetensors_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         // Each tensor read once, into its own buffer, rather than copied out of a map whose
         // pages would stay resident beside the copies (`safetensors_file`).
@@ -72,12 +73,11 @@ impl StateDict {
     /// Reads a pickled PyTorch file (`torch.save(model.state_dict())`, `pytorch_model.bin`).
     ///
     /// # Errors
-    /// [`ModelError::Load`] naming the path when it cannot be read or unpickled.
+    /// [`ModelError::File`] naming the path when nothing is there or it is not a regular file,
+    /// [`ModelError::Load`] naming it when it cannot be read or unpickled.
     pub fn from_pytorch_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();
-        std::fs::metadata(path).map_err(|e| ModelError::Load {
-            reason: format!("{}: {e}", path.display()),
-        })?;
+        crate::files::regular_file(path)?;
         Self::from_store(
             PytorchStore::from_file(path),
             &format!("{}: ", path.display()),
@@ -217,7 +217,13 @@ mod tests {
         assert!(matches!(err, ModelError::Load { .. }), "{err}");
         let missing = data_dir().join("no_such_layer.safetensors");
         let err = StateDict::from_safetensors_file(&missing).expect_err("no file");
-        assert!(matches!(err, ModelError::Load { .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                ModelError::File(crate::files::FileError::NotFound { .. })
+            ),
+            "{err}"
+        );
         assert!(
             err.to_string().contains("no_such_layer.safetensors"),
             "{err}"

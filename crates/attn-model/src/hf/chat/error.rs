@@ -3,13 +3,15 @@
 
 use minijinja::{Error, ErrorKind};
 
+use crate::files::FileError;
+
 use super::python::RaisedByTemplate;
 use super::{CHAT_RECURSION_LIMIT, CHAT_RENDER_FUEL};
 
 /// Why a chat template or a generation setting cannot be read or rendered.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
-    /// A file that cannot be read: missing where it is needed, not a regular file, not UTF-8.
+    /// A folder that is not one, or a file that is not UTF-8 text.
     #[error("cannot read {path}: {reason}")]
     Read {
         /// The file.
@@ -17,16 +19,10 @@ pub enum ChatError {
         /// What went wrong.
         reason: String,
     },
-    /// A file longer than the bound on what is read of it.
-    #[error("{path} holds {size} bytes, more than the {max} bytes read of such a file")]
-    TooLarge {
-        /// The file.
-        path: String,
-        /// Its length in bytes (at least this many, when it grew while it was read).
-        size: u64,
-        /// The most bytes read.
-        max: u64,
-    },
+    /// A file that is missing where it is needed, is not a regular file, is a link out of
+    /// the model folder, is longer than the bound on what is read of it, or cannot be read.
+    #[error(transparent)]
+    File(#[from] FileError),
     /// A JSON file that does not parse.
     #[error("{path} is not valid JSON: {reason}")]
     Json {

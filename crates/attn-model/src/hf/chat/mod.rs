@@ -23,7 +23,8 @@
 //! [`ChatTemplate::from_folder`] reads the template as transformers' `from_pretrained` does:
 //! `chat_template.jinja` when the folder has one, else `tokenizer_config.json`'s
 //! `chat_template` (a string, or a list of named templates of which the one named `"default"`
-//! is taken). Only regular files of at most [`CHAT_MAX_BYTES`] are read. Loading reads the
+//! is taken). Only regular files of at most [`CHAT_MAX_BYTES`] are read, and links only to
+//! files inside the folder ([`crate::files::folder_file`]). Loading reads the
 //! source and checks it without parsing it ([`ChatTemplate::new`]); minijinja parses and
 //! compiles it only when it renders ([`ChatTemplate::render`]).
 //!
@@ -60,7 +61,7 @@ use folder::{default_template, read_optional, special_tokens};
 use python::{python_formatter, raise_exception, strftime_now, tojson};
 
 pub use error::ChatError;
-pub(crate) use folder::{describe, read_json_object, wrong_type};
+pub(crate) use folder::{read_json_object, wrong_type};
 
 /// The chat template file that transformers' `save_pretrained` writes.
 pub const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
@@ -170,9 +171,10 @@ impl ChatTemplate {
     /// `AddedToken`).
     ///
     /// # Errors
-    /// [`ChatError::Read`] when `folder` is not a folder or a file is not a regular file (a
-    /// FIFO, a device, a folder) or cannot be read, [`ChatError::TooLarge`] for a file longer
-    /// than [`CHAT_MAX_BYTES`], [`ChatError::Json`] and [`ChatError::WrongType`] for a
+    /// [`ChatError::Read`] when `folder` is not a folder or a file is not UTF-8 text,
+    /// [`ChatError::File`] for a file that is not a regular file (a FIFO, a device, a
+    /// folder), is a link out of the folder ([`crate::files::folder_file`]), is longer than
+    /// [`CHAT_MAX_BYTES`] or cannot be read, [`ChatError::Json`] and [`ChatError::WrongType`] for a
     /// `tokenizer_config.json` that does not parse or holds a value of the wrong type,
     /// [`ChatError::NoDefaultTemplate`] for a list with no `"default"`, and
     /// [`ChatError::Template`] for a template that [`new`](Self::new) refuses. The template
@@ -185,12 +187,12 @@ impl ChatTemplate {
             });
         }
         let config_path = folder.join(TOKENIZER_CONFIG_FILE);
-        let config = read_json_object(&config_path)?;
+        let config = read_json_object(folder, TOKENIZER_CONFIG_FILE)?;
         let special = match &config {
             Some(config) => special_tokens(&config_path, config)?,
             None => SpecialTokens::default(),
         };
-        let source = match read_optional(&folder.join(CHAT_TEMPLATE_FILE))? {
+        let source = match read_optional(folder, CHAT_TEMPLATE_FILE)? {
             Some(source) => source,
             None => match config
                 .as_ref()

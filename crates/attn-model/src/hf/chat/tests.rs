@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value as Json;
 
 use super::*;
+use crate::files::FileError;
 
 /// transformers' own rendering of a Llama-architecture folder's template
 /// (`reference.json`'s `chat`), next to the folder's `chat_template.jinja`,
@@ -962,12 +963,17 @@ fn fifo_tokenizer_config_is_refused_without_blocking() {
         .expect("mkfifo runs");
     assert!(status.success(), "mkfifo failed");
     match from_folder_within_time(folder.clone()) {
-        Err(err @ ChatError::Read { .. }) => {
+        Err(err @ ChatError::File(FileError::NotRegular { kind: "a FIFO", .. })) => {
             let text = err.to_string();
-            assert!(text.contains("FIFO"), "{text}");
-            assert!(text.contains(TOKENIZER_CONFIG_FILE), "{text}");
+            assert!(
+                text.contains(&format!(
+                    "{} is a FIFO, not a regular file",
+                    folder.join(TOKENIZER_CONFIG_FILE).display()
+                )),
+                "{text}"
+            );
         }
-        other => panic!("expected ChatError::Read, got {other:?}"),
+        other => panic!("expected ChatError::File, got {other:?}"),
     }
     let _ = fs::remove_dir_all(&folder);
 }
@@ -977,10 +983,18 @@ fn folder_in_place_of_a_file_is_refused() {
     let folder = scratch_folder("dir-file");
     fs::create_dir(folder.join(CHAT_TEMPLATE_FILE)).expect("a folder");
     match ChatTemplate::from_folder(&folder) {
-        Err(err @ ChatError::Read { .. }) => {
-            assert!(err.to_string().contains("a folder"), "{err}");
+        Err(
+            err @ ChatError::File(FileError::NotRegular {
+                kind: "a folder", ..
+            }),
+        ) => {
+            assert!(
+                err.to_string()
+                    .contains(&format!("{CHAT_TEMPLATE_FILE} is a folder")),
+                "{err}"
+            );
         }
-        other => panic!("expected ChatError::Read, got {other:?}"),
+        other => panic!("expected ChatError::File, got {other:?}"),
     }
     let _ = fs::remove_dir_all(&folder);
 }
@@ -993,7 +1007,7 @@ fn oversize_tokenizer_config_is_refused() {
         .and_then(|file| file.set_len(CHAT_MAX_BYTES + 1))
         .expect("a long file");
     match from_folder_within_time(folder.clone()) {
-        Err(err @ ChatError::TooLarge { size, max, .. }) => {
+        Err(err @ ChatError::File(FileError::TooLarge { size, max, .. })) => {
             assert_eq!((size, max), (CHAT_MAX_BYTES + 1, CHAT_MAX_BYTES));
             let text = err.to_string();
             assert!(text.contains(TOKENIZER_CONFIG_FILE), "{text}");
