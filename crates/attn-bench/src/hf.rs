@@ -10,8 +10,7 @@
 //! cargo run --release -p attn-bench -- hf /tmp/smollm2 --prompt 128
 //! ```
 //!
-//! The folder is loaded with [`attn_model::hf::Gpt2::from_pretrained`] or
-//! [`attn_model::hf::CausalLm::from_pretrained`], as its `model_type` says; the lines have the
+//! The folder is loaded with [`attn_model::hf::AutoModel`], as its `model_type` says; the lines have the
 //! bench's format, `impl` `attn`, `seq_len` the prompt's length, batch 1.
 //!
 //! Decoding one token reads every weight once, so its speed is bounded by the memory's
@@ -21,13 +20,13 @@
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use attn_model::hf::{CausalLm, Gpt2, Gpt2Config, LlamaConfig, read_config};
+use attn_model::hf::{AutoModel, Family, Gpt2Config, LlamaConfig, read_config};
 use attn_model::{KvCache, TokenDecoder, TokenDecoderInput};
 use burn::module::Module;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::cases::{Pass, SEED, Step, finish};
 use crate::record::{Record, median};
@@ -38,15 +37,9 @@ use crate::timing::{Budget, measure};
 /// after its 16 `--decode-tokens`: both time steps at contexts `prompt .. prompt + 15`.
 pub const DECODE_TOKENS: usize = 16;
 
-/// `config.json`'s `model_type`, the one field every folder has.
-#[derive(Deserialize)]
-struct ModelType {
-    model_type: String,
-}
-
 /// What the bench needs to know of a folder before loading it.
 struct Shape {
-    model_type: String,
+    model_type: &'static str,
     /// Positions the model has, `None` where it has no limit.
     positions: Option<usize>,
     n_heads: usize,
@@ -55,42 +48,42 @@ struct Shape {
 
 /// The shape of the model in `folder`, from its `config.json`.
 fn shape(folder: &Path) -> Result<Shape> {
-    let ModelType { model_type } = read_config(folder)?;
-    Ok(if model_type == "gpt2" {
-        let config: Gpt2Config = read_config(folder)?;
-        Shape {
-            model_type,
-            positions: Some(config.n_positions),
-            n_heads: config.n_head,
-            d_head: config.n_embd / config.n_head.max(1),
+    let family = Family::of_folder(folder)?;
+    Ok(match family {
+        Family::Gpt2 => {
+            let config: Gpt2Config = read_config(folder)?;
+            Shape {
+                model_type: family.model_type(),
+                positions: Some(config.n_positions),
+                n_heads: config.n_head,
+                d_head: config.n_embd / config.n_head.max(1),
+            }
         }
-    } else {
-        let config: LlamaConfig = read_config(folder)?;
-        let heads = config.num_attention_heads;
-        Shape {
-            model_type,
-            positions: config.max_position_embeddings,
-            n_heads: heads,
-            d_head: config.head_dim.unwrap_or(config.hidden_size / heads.max(1)),
+        Family::Llama(_) => {
+            let config: LlamaConfig = read_config(folder)?;
+            let heads = config.num_attention_heads;
+            Shape {
+                model_type: family.model_type(),
+                positions: config.max_position_embeddings,
+                n_heads: heads,
+                d_head: config.head_dim.unwrap_or(config.hidden_size / heads.max(1)),
+            }
         }
+        Family::Bert => bail!(
+            "{} holds a bert model, an encoder: the bench times decoders, token by token",
+            folder.display()
+        ),
     })
 }
 
-/// The decoder in the folder of `model_type`, its matrices held as `dtype`.
-fn load(folder: &Path, model_type: &str, device: &Device, dtype: DType) -> Result<TokenDecoder> {
+/// The decoder in `folder`, its matrices held as `dtype` (through [`AutoModel`], which
+/// refuses a half-precision type for a family that loads in f32 only).
+fn load(folder: &Path, device: &Device, dtype: DType) -> Result<TokenDecoder> {
     let loading = || format!("loading {}", folder.display());
-    Ok(if model_type == "gpt2" {
-        if dtype != DType::F32 {
-            bail!("GPT-2 folders load in f32 only, not {dtype:?}");
-        }
-        Gpt2::from_pretrained(folder, device)
-            .with_context(loading)?
-            .into_model()
-    } else {
-        CausalLm::from_pretrained_as(folder, device, dtype)
-            .with_context(loading)?
-            .into_model()
-    })
+    AutoModel::from_pretrained_as(folder, device, dtype)
+        .with_context(loading)?
+        .into_decoder()
+        .map_err(|_| anyhow::anyhow!("{} holds no decoder", folder.display()))
 }
 
 /// What [`folder_records`] measured, with the model and the decoding step it timed.
@@ -150,7 +143,7 @@ pub fn folder_records(
     }
     let rss_before = crate::machine::resident_bytes()?;
     let clock = std::time::Instant::now();
-    let model = load(folder, &model_type, device, dtype)?;
+    let model = load(folder, device, dtype)?;
     let load_s = clock.elapsed().as_secs_f64();
     let loaded = Load::new(folder, load_s, rss_before)?;
     let timed = model.clone();

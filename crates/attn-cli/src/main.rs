@@ -70,7 +70,8 @@ enum Command {
     /// (GPT-2, Llama, Qwen2, Qwen3, Mistral), printing it as it comes.
     Generate(GenerateArgs),
     /// Chat with a model folder that has a chat template: the history stays in the key/value
-    /// cache from turn to turn, Ctrl-C stops the current answer, /reset forgets.
+    /// cache from turn to turn, a line ending in \\ continues the message, Ctrl-C stops the
+    /// current answer, /reset forgets.
     Chat(ChatArgs),
     /// Write one HTML page (no network needed) of a model's attention on a text: each head's
     /// lines from token to token, every layer and head at a glance.
@@ -562,9 +563,10 @@ fn run_generate_folder(args: &GenerateArgs, folder: &Path) -> Result<()> {
         .with_context(|| format!("loading {}", folder.display()))?;
     let timing = match (&args.prompt, prompts) {
         (Some(prompt), _) => {
-            let (_, timing) = model.generate(std::slice::from_ref(prompt), &options, |_, piece| {
-                print_piece(piece);
-            })?;
+            let (_, timing) =
+                model.generate(std::slice::from_ref(prompt), &options, |_, piece| {
+                    print_piece(piece);
+                })?;
             println!();
             timing
         }
@@ -579,7 +581,6 @@ fn run_generate_folder(args: &GenerateArgs, folder: &Path) -> Result<()> {
 
 /// `attn chat FOLDER`: a conversation on stdin and stdout.
 fn run_chat(args: &ChatArgs) -> Result<()> {
-    use std::io::BufRead;
     let folder = match Source::of(&args.model)? {
         Source::Folder(folder) => folder,
         Source::Run(run) => bail!(
@@ -611,11 +612,10 @@ fn run_chat(args: &ChatArgs) -> Result<()> {
     let stdin = std::io::stdin();
     loop {
         eprint!("> ");
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 {
+        let Some(message) = read_message(&mut stdin.lock())? else {
             return Ok(());
-        }
-        let line = line.trim();
+        };
+        let line = message.trim();
         stop.store(false, Ordering::SeqCst);
         match line {
             "" => continue,
@@ -632,6 +632,29 @@ fn run_chat(args: &ChatArgs) -> Result<()> {
             Ok(timing) => eprintln!("{}", timing.summary()),
             // The turn is dropped and the chat goes on: the next line may work.
             Err(err) => eprintln!("{}", report(&err)),
+        }
+    }
+}
+
+/// One message of a chat from `input`: a line, or several where each but the last ends in `\`
+/// (as llama.cpp's interactive mode reads them); `None` at the end of the input.
+fn read_message(input: &mut impl std::io::BufRead) -> Result<Option<String>> {
+    let mut message = String::new();
+    loop {
+        let mut line = String::new();
+        if input.read_line(&mut line)? == 0 {
+            return Ok((!message.is_empty()).then_some(message));
+        }
+        let line = line.trim_end_matches(['\n', '\r']);
+        match line.strip_suffix('\\') {
+            Some(part) => {
+                message.push_str(part);
+                message.push('\n');
+            }
+            None => {
+                message.push_str(line);
+                return Ok(Some(message));
+            }
         }
     }
 }
@@ -685,6 +708,14 @@ mod tests {
         );
         let plain = anyhow::anyhow!("a fault");
         assert_eq!(report(&plain), "Error: a fault");
+    }
+
+    #[test]
+    fn a_chat_message_continues_over_lines_that_end_in_a_backslash() {
+        let mut input = std::io::Cursor::new("one\\\ntwo\nthree\n\\\n");
+        let messages: Vec<String> =
+            std::iter::from_fn(|| read_message(&mut input).expect("reads")).collect();
+        assert_eq!(messages, ["one\ntwo", "three", "\n"]);
     }
 
     #[test]

@@ -7,8 +7,7 @@ use std::process::{Command, Output};
 const PROGRAM: &str = env!("CARGO_BIN_EXE_attn");
 
 fn temp_out(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("attn-generate-{name}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("attn-generate-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }
@@ -126,12 +125,7 @@ fn generate_streams_an_answer_from_a_trained_add_run() {
 fn generate_refuses_an_encoder_only_run() {
     let out = temp_out("reverse");
     train("reverse", &out);
-    let output = run(&[
-        "generate",
-        out.to_str().expect("UTF-8"),
-        "--prompt",
-        "1 2",
-    ]);
+    let output = run(&["generate", out.to_str().expect("UTF-8"), "--prompt", "1 2"]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

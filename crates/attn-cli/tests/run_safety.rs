@@ -451,12 +451,7 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
         .collect();
     for (flag, expected) in [("--steps", "--steps is 2"), ("--stop-at", "--stop-at is 3")] {
         let value = if flag == "--steps" { "2" } else { "3" };
-        let output = attn(&[
-            "resume".into(),
-            run_arg.clone(),
-            flag.into(),
-            value.into(),
-        ]);
+        let output = attn(&["resume".into(), run_arg.clone(), flag.into(), value.into()]);
         let message = stderr(&output);
         assert!(!output.status.success(), "{flag} {value} accepted");
         assert_eq!(message.matches(expected).count(), 1, "{message}");

@@ -238,7 +238,28 @@ fn bad_texts_are_refused_naming_the_file_and_what_is_wrong() {
         "{}",
         stderr(&output)
     );
-    let output = run(&["train","--task", "copy", "--data", path(&latin1), "--quiet"]);
+    // A run that failed before its first step leaves no folder behind, so the same --out
+    // works next time without --overwrite.
+    assert!(!dir.join("null").exists(), "the failed run left its folder");
+    // Into a folder the user made, it leaves the folder as it was, empty.
+    let made = dir.join("made");
+    std::fs::create_dir_all(&made).expect("a folder");
+    let output = run(&tiny_run("/dev/null", path(&made), "3"));
+    assert!(!output.status.success());
+    assert_eq!(
+        std::fs::read_dir(&made).expect("kept").count(),
+        0,
+        "the failed run left files in {}",
+        made.display()
+    );
+    let output = run(&[
+        "train",
+        "--task",
+        "copy",
+        "--data",
+        path(&latin1),
+        "--quiet",
+    ]);
     assert!(
         stderr(&output).contains("--data is for the text task, not copy"),
         "{}",

@@ -546,17 +546,14 @@ impl<'a> Chat<'a> {
     /// # Errors
     /// When the folder has no chat template.
     pub fn new(model: &'a FolderModel, system: Option<String>) -> Result<Self> {
-        let template = model
-            .template
-            .as_ref()
-            .with_context(|| {
-                format!(
-                    "this {} folder has no chat template (chat_template.jinja or \
+        let template = model.template.as_ref().with_context(|| {
+            format!(
+                "this {} folder has no chat template (chat_template.jinja or \
                      tokenizer_config.json's chat_template): `attn generate` writes after a \
                      plain prompt",
-                    model.family.model_type()
-                )
-            })?;
+                model.family.model_type()
+            )
+        })?;
         Ok(Self {
             model,
             template,

@@ -163,16 +163,88 @@ pub fn human(bytes: u128) -> String {
     format!("{:.1e} bytes", bytes as f64)
 }
 
-/// The memory available to a new allocation: `MemAvailable` of `/proc/meminfo`, in bytes, or
-/// `None` where the system does not say.
+/// The memory available to a new allocation, in bytes: the least of the system's
+/// `MemAvailable` (`/proc/meminfo`), the room the process's own limits leave it
+/// (`RLIMIT_AS` against its address space, `RLIMIT_DATA` against its data, from
+/// `/proc/self/limits` and `/proc/self/status`), and the room its cgroup leaves
+/// (`memory.max` less `memory.current`); `None` where none of them is known.
 pub fn available() -> Option<u64> {
-    let text = crate::text::read_bounded(std::path::Path::new("/proc/meminfo"), 1 << 20).ok()?;
-    let text = String::from_utf8(text).ok()?;
+    let read = |path: &str| {
+        crate::text::read_bounded(std::path::Path::new(path), 1 << 20)
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+    };
+    let meminfo = read("/proc/meminfo");
+    let limits = read("/proc/self/limits");
+    let status = read("/proc/self/status");
+    let cgroup = read("/proc/self/cgroup")
+        .and_then(|text| cgroup_folder(&text))
+        .map(|folder| {
+            (
+                read(&format!("{folder}/memory.max")),
+                read(&format!("{folder}/memory.current")),
+            )
+        });
+    let (max, current) = cgroup.unwrap_or((None, None));
+    least_room(
+        meminfo.as_deref(),
+        limits.as_deref(),
+        status.as_deref(),
+        max.as_deref(),
+        current.as_deref(),
+    )
+}
+
+/// The least of the rooms the texts of [`available`]'s files give.
+fn least_room(
+    meminfo: Option<&str>,
+    limits: Option<&str>,
+    status: Option<&str>,
+    cgroup_max: Option<&str>,
+    cgroup_current: Option<&str>,
+) -> Option<u64> {
+    let system = meminfo.and_then(|text| kib_field(text, "MemAvailable:"));
+    let room = |limit: &str, used: &str| {
+        let limit = limits.and_then(|text| soft_limit(text, limit))?;
+        let used = status.and_then(|text| kib_field(text, used)).unwrap_or(0);
+        Some(limit.saturating_sub(used))
+    };
+    let address_space = room("Max address space", "VmSize:");
+    let data = room("Max data size", "VmData:");
+    let cgroup = cgroup_max
+        .and_then(|max| max.trim().parse::<u64>().ok())
+        .map(|max| {
+            let current = cgroup_current
+                .and_then(|c| c.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            max.saturating_sub(current)
+        });
+    [system, address_space, data, cgroup]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// A `Name:   1234 kB` field of `/proc/meminfo` or `/proc/self/status`, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
     text.lines()
-        .find_map(|line| line.strip_prefix("MemAvailable:"))
+        .find_map(|line| line.strip_prefix(name))
         .and_then(|rest| rest.trim().strip_suffix("kB"))
         .and_then(|kb| kb.trim().parse::<u64>().ok())
         .map(|kb| kb.saturating_mul(1024))
+}
+
+/// The soft limit, in bytes, of a `/proc/self/limits` row (`Max address space  6144000000
+/// unlimited  bytes`); `None` when it is unlimited or absent.
+fn soft_limit(text: &str, name: &str) -> Option<u64> {
+    let rest = text.lines().find_map(|line| line.strip_prefix(name))?;
+    rest.split_whitespace().next()?.parse::<u64>().ok()
+}
+
+/// The folder of the process's cgroup (version 2: the line `0::/path` of `/proc/self/cgroup`).
+fn cgroup_folder(text: &str) -> Option<String> {
+    let path = text.lines().find_map(|line| line.strip_prefix("0::"))?;
+    Some(format!("/sys/fs/cgroup{}", path.trim()))
 }
 
 /// Refuses `config` when its [`estimate`] exceeds `available` bytes (no check where that is
@@ -263,5 +335,44 @@ mod tests {
         assert_eq!(human(u128::MAX), "3.4e38 bytes");
         assert_eq!(human(1_500_000_000), "1.5 GB");
         assert_eq!(human(12), "12 bytes");
+    }
+
+    #[test]
+    fn the_room_is_the_least_of_the_system_the_process_limits_and_the_cgroup() {
+        let meminfo = "MemTotal: 24000000 kB\nMemAvailable:   20000000 kB\n";
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max data size             unlimited            unlimited            bytes\n\
+                      Max address space         6000000000           unlimited            bytes\n";
+        let status = "VmSize:\t 1000000 kB\nVmData:\t  500000 kB\n";
+        // The system alone.
+        assert_eq!(
+            least_room(Some(meminfo), None, None, None, None),
+            Some(20_000_000 * 1024)
+        );
+        // `ulimit -v`: the limit less the address space already reserved.
+        assert_eq!(
+            least_room(Some(meminfo), Some(limits), Some(status), None, None),
+            Some(6_000_000_000 - 1_000_000 * 1024)
+        );
+        // A cgroup's memory.max less what it holds; `max` means no limit.
+        assert_eq!(
+            least_room(
+                Some(meminfo),
+                None,
+                None,
+                Some("4000000000\n"),
+                Some("1000\n")
+            ),
+            Some(4_000_000_000 - 1000)
+        );
+        assert_eq!(
+            least_room(Some(meminfo), None, None, Some("max\n"), Some("1000\n")),
+            Some(20_000_000 * 1024)
+        );
+        assert_eq!(least_room(None, None, None, None, None), None);
+        assert_eq!(
+            cgroup_folder("0::/user.slice/run.scope\n").as_deref(),
+            Some("/sys/fs/cgroup/user.slice/run.scope")
+        );
     }
 }

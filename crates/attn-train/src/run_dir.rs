@@ -248,6 +248,59 @@ impl RunDir {
         Ok(dir)
     }
 
+    /// Takes back everything this run wrote into its folder, for a run that failed before its
+    /// first step: the files its manifest lists, the manifest, this process's temporary files
+    /// beside them (`.tmp-PID-…`), the folders that are left empty, and the folder itself when
+    /// this run created it (`created`). A file the run did not write is never touched, and a
+    /// folder that still holds one stays.
+    pub fn discard(self, created: bool) {
+        let own_temporary = format!(".tmp-{}-", std::process::id());
+        let mut folders = BTreeSet::new();
+        folders.insert(self.root.clone());
+        if let Ok(manifest) = Manifest::read(&self.root) {
+            for relative in &manifest.files {
+                if let Ok((path, Entry::File)) = files::inside(&self.root, relative) {
+                    let _ = std::fs::remove_file(&path);
+                }
+                let mut folder = Path::new(relative).parent();
+                while let Some(f) = folder
+                    && !f.as_os_str().is_empty()
+                {
+                    if let Ok((path, Entry::Folder)) =
+                        files::inside(&self.root, &f.to_string_lossy())
+                    {
+                        folders.insert(path);
+                    }
+                    folder = f.parent();
+                }
+            }
+        }
+        for folder in &folders {
+            let Ok(entries) = std::fs::read_dir(folder) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let ours = entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&own_temporary);
+                if ours && entry.file_type().is_ok_and(|t| t.is_file()) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_file(self.root.join(MANIFEST_FILE));
+        // Deepest first; `remove_dir` leaves a folder that is not empty.
+        for folder in folders.iter().rev() {
+            if folder != &self.root {
+                let _ = std::fs::remove_dir(folder);
+            }
+        }
+        if created {
+            let _ = std::fs::remove_dir(&self.root);
+        }
+    }
+
     /// `root` opened and locked against other runs.
     fn locked(root: &Path) -> Result<Self, TrainError> {
         let handle = File::open(root).map_err(|e| TrainError::io("opening", root, e))?;

@@ -15,9 +15,7 @@
 
 use std::path::Path;
 
-use attn_model::hf::{
-    AutoModel, BertConfig, Family, Gpt2Config, LlamaConfig, read_config,
-};
+use attn_model::hf::{AutoModel, BertConfig, Family, Gpt2Config, LlamaConfig, read_config};
 use attn_model::{
     DecoderWeights, EncoderDecoderInput, GenerateConfig, NeedWeights, Prompt, TokenDecoder,
     TokenDecoderInput,
@@ -188,7 +186,9 @@ pub fn from_model_folder(
             vec![view("self", "Self-attention", names, None, heads, &layers)?]
         }
         model => {
-            let decoder = model.decoder().expect("every family but BERT's is a decoder");
+            let decoder = model
+                .decoder()
+                .expect("every family but BERT's is a decoder");
             vec![decoder_view(decoder, &ids, names, device)?]
         }
     };
@@ -213,9 +213,7 @@ fn folder_name(folder: &Path) -> String {
 /// [`TrainError::Config`] with those numbers.
 pub fn check_tokens(tokens: usize, layers: usize, heads: usize) -> Result<(), TrainError> {
     let per_token_pair = layers.max(1).saturating_mul(heads.max(1));
-    let weights = per_token_pair
-        .saturating_mul(tokens)
-        .saturating_mul(tokens);
+    let weights = per_token_pair.saturating_mul(tokens).saturating_mul(tokens);
     if weights <= MAX_WEIGHTS {
         return Ok(());
     }

@@ -38,21 +38,44 @@ pub(super) fn start(
     train_device: &Device,
     options: &RunOptions,
 ) -> Result<Start, TrainError> {
+    // A fresh run's folder is made here; whether it was there before decides whether a run that
+    // fails before its first step takes the folder away again.
+    let created = options
+        .out
+        .as_ref()
+        .is_some_and(|out| !options.resume && std::fs::symlink_metadata(out).is_err());
     let run_dir = match &options.out {
         None => None,
         Some(out) if options.resume => Some(RunDir::existing(out)?),
         Some(out) => Some(RunDir::fresh(out, options.overwrite)?),
     };
     let mut config = config.clone();
-    config.task.load_text(run_dir.as_ref(), options.resume)?;
-    // The text's vocabulary is known only now.
-    crate::budget::check(&config, crate::budget::available())?;
-    let schedule = config.schedule();
-    train_device.seed(random::init_seed(config.seed));
+    let prepared = (|| {
+        config.task.load_text(run_dir.as_ref(), options.resume)?;
+        // The text's vocabulary is known only now.
+        crate::budget::check(&config, crate::budget::available())?;
+        let schedule = config.schedule();
+        let scheduler = schedule.scheduler()?;
+        train_device.seed(random::init_seed(config.seed));
+        let model = Model::init(&config, train_device)?;
+        Ok::<_, TrainError>((schedule, scheduler, model))
+    })();
+    let (schedule, scheduler, model) = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            // A fresh run that failed before its first step leaves nothing behind.
+            if let Some(run_dir) = run_dir
+                && !options.resume
+            {
+                run_dir.discard(created);
+            }
+            return Err(error);
+        }
+    };
     let mut start = Start {
-        model: Model::init(&config, train_device)?,
+        model,
         optim: optimizer(&config.optim),
-        scheduler: schedule.scheduler()?,
+        scheduler,
         state: TrainState {
             step: 0,
             train_rng: Rng::stream(config.seed, Stream::Train),
