@@ -243,7 +243,11 @@ pub struct Overrides {
     pub data: Option<Vec<PathBuf>>,
     /// text: char (one token per character), bpe:N (a byte-level BPE of N tokens trained on
     /// the text) or the path of a tokenizer.json
-    #[arg(long, value_name = "char|bpe:N|FILE.json", help_heading = "Task and data")]
+    #[arg(
+        long,
+        value_name = "char|bpe:N|FILE.json",
+        help_heading = "Task and data"
+    )]
     pub tokenizer: Option<TokenizerChoice>,
     /// text: read bytes that are not UTF-8 as U+FFFD instead of refusing the file
     #[arg(long, help_heading = "Task and data")]
