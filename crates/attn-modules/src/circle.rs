@@ -238,6 +238,7 @@ mod tests {
                 edge("b.rs", "c.rs", 3),
                 edge("c.rs", "a.rs", 4),
             ],
+            reexports: vec![edge("lib.rs", "a.rs", 5)],
         };
         let found = Circle::find(&graph);
         assert_eq!(found.len(), 1);

@@ -9,7 +9,16 @@
 //! A path reaches the most specific module file that exists (`crate::a::b::C` is `a/b.rs` where
 //! `a` declares `b`, else `a.rs`), and goes on through re-exports: `crate::Config`, that
 //! `lib.rs` re-exports from `config.rs`, is an import of `config.rs`, not of the crate root.
-//! A parent's `pub use child::X` does name its child.
+//!
+//! A module's re-export of its own descendant is no import: a folder's `mod.rs` is its front
+//! door, and presenting its children (`pub use child::X;`, `pub(crate) use child::{X, Y};`,
+//! `pub(super) use child::grandchild::Z;`) declares them, it does not depend on them, so a
+//! child that uses `super::Item` of that `mod.rs` makes no circle with it.
+//! Such lines are kept apart, in [`ModuleGraph::reexports`].
+//! The re-export is an import again as soon as the module's own code uses what it names: a
+//! path into the child (`child::f()`), a re-exported name written in its code (`X` in
+//! `fn f() -> X`), a private `use child::X`, a glob `pub use child::*` (whose names cannot be
+//! told apart), and a re-export of a module that is not its descendant (a sibling, the root).
 //!
 //! A circle is a strongly connected component of two or more modules (Tarjan's algorithm),
 //! reported with one cycle through it and the `file:line` of every import along the cycle.

@@ -1,8 +1,12 @@
 //! One source file read for what its modules declare and name: `mod x;` declarations, inline
-//! `mod x { .. }` bodies, the leaves of every `use` tree, and every other path of two or more
-//! segments (`crate::text::read_bounded(..)`), each with its line.
+//! `mod x { .. }` bodies, the leaves of every `use` tree (and whether the `use` is a
+//! re-export), every other path of two or more segments (`crate::text::read_bounded(..)`),
+//! each with its line, and the first word of every path in code, so that a re-exported name
+//! the module's own code goes on to use can be told from one it only presents.
 //! Test code leaves nothing: an item under `#[cfg(test)]` (or any `cfg` that is false when
 //! `test` is), a `#[test]` function, and an inline `mod tests { .. }`.
+
+use std::collections::BTreeSet;
 
 use crate::lex::{Spanned, Token, tokens};
 
@@ -17,6 +21,9 @@ pub(crate) struct Items {
     pub(crate) uses: Vec<UseLeaf>,
     /// Paths written outside `use`, with their line: `crate::a::f`, `super::B`, `child::C`.
     pub(crate) paths: Vec<(Vec<String>, usize)>,
+    /// The first word of every path written outside `use`, one-word paths included (`X` in
+    /// `fn f() -> X`, `child` in `child::f()`): the names the module's code uses.
+    pub(crate) words: BTreeSet<String>,
 }
 
 /// One leaf of a `use` tree: `use crate::{a::{self, B as C}, d::*};` has three.
@@ -31,6 +38,9 @@ pub(crate) struct UseLeaf {
     /// The line of the leaf's last segment, so that each leaf of a group spread over lines
     /// has its own.
     pub(crate) line: usize,
+    /// Whether the `use` is seen outside its module, a re-export: `pub use`, `pub(crate) use`,
+    /// `pub(super) use` or `pub(in path) use` (not `pub(self) use`).
+    pub(crate) reexport: bool,
 }
 
 /// The items of one file's source.
@@ -110,6 +120,10 @@ impl Scanner<'_> {
             Token::Ident(word) if word == "use" => {
                 let mut leaves = Vec::new();
                 let end = use_tree(t, i + 1, &[], true, &mut leaves);
+                let reexport = visible_outside(&t[..i]);
+                for leaf in &mut leaves {
+                    leaf.reexport = reexport;
+                }
                 self.top().items.uses.extend(leaves);
                 end
             }
@@ -196,11 +210,31 @@ impl Scanner<'_> {
             }
             end += 2;
         }
-        if !continues && segments.len() > 1 {
-            let line = t[i].line;
-            self.top().items.paths.push((segments, line));
+        if !continues {
+            self.top().items.words.insert(segments[0].clone());
+            if segments.len() > 1 {
+                let line = t[i].line;
+                self.top().items.paths.push((segments, line));
+            }
         }
         end + 1
+    }
+}
+
+/// Whether the tokens `before` a `use` end in a visibility that reaches outside the module:
+/// `pub`, or `pub(..)` with anything but `self` inside.
+fn visible_outside(before: &[Spanned]) -> bool {
+    match before {
+        [.., last] if last.is_ident("pub") => true,
+        [.., last] if last.is(')') => {
+            let Some(open) = before.iter().rposition(|n| n.is('(')) else {
+                return false;
+            };
+            let inside = &before[open + 1..before.len() - 1];
+            let only_self = matches!(inside, [word] if word.is_ident("self"));
+            open > 0 && before[open - 1].is_ident("pub") && !only_self && !inside.is_empty()
+        }
+        _ => false,
     }
 }
 
@@ -317,6 +351,7 @@ fn use_tree(
                     path: path.clone(),
                     binding: None,
                     line: token.line,
+                    reexport: false,
                 });
                 i += 1;
                 break;
@@ -363,6 +398,7 @@ fn use_tree(
             path,
             binding,
             line,
+            reexport: false,
         });
     }
     if top {
@@ -468,6 +504,39 @@ mod tests {
                 ("super::u".into(), Some("u".into()), 3),
             ]
         );
+    }
+
+    #[test]
+    fn re_exports_are_told_from_private_uses() {
+        let source = "pub use a::A;\npub(crate) use b::{B, C};\npub(super) use c::D;\n\
+                      pub(in crate::x) use d::E;\npub(self) use e::F;\nuse f::G;\n\
+                      #[cfg(feature = \"x\")]\nuse g::H;\nfn f() -> Result<(), u8> { Ok(()) }\nuse h::I;";
+        let reexports: Vec<(String, bool)> = scan(source)
+            .uses
+            .into_iter()
+            .map(|l| (l.path.join("::"), l.reexport))
+            .collect();
+        assert_eq!(
+            reexports,
+            [
+                ("a::A".into(), true),
+                ("b::B".into(), true),
+                ("b::C".into(), true),
+                ("c::D".into(), true),
+                ("d::E".into(), true),
+                ("e::F".into(), false),
+                ("f::G".into(), false),
+                ("g::H".into(), false),
+                ("h::I".into(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_words_of_code_are_the_first_segments_of_its_paths() {
+        let items = scan("use a::Kept;\nfn f(x: Kid) -> child::G { x.method(); other::Toy }");
+        let words: Vec<&str> = items.words.iter().map(String::as_str).collect();
+        assert_eq!(words, ["Kid", "child", "f", "fn", "other", "x"]);
     }
 
     #[test]

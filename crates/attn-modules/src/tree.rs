@@ -5,6 +5,10 @@
 //! (or `a/b/mod.rs`) where `a` declares `b`, and `a.rs` otherwise.
 //! A name a module imports is followed to where it comes from, so `crate::Config`, re-exported
 //! by `lib.rs` from `config.rs`, reaches `config.rs`, not the crate root.
+//!
+//! A module's re-export of its own descendant (`pub use child::X;` in `mod.rs`, where the
+//! module's own code never uses `X`) is kept apart from its imports: it presents the child,
+//! it does not depend on it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -24,9 +28,21 @@ struct Scope {
     children: BTreeMap<String, usize>,
     /// Names its `use` declarations bring in, and the paths they stand for.
     bindings: BTreeMap<String, Vec<String>>,
-    /// Every path it names, from `use` leaves and from code, with the line.
-    named: Vec<(Vec<String>, usize)>,
+    /// Every path it names, from `use` leaves and from code.
+    named: Vec<Named>,
 }
+
+/// One path a scope names.
+struct Named {
+    path: Vec<String>,
+    line: usize,
+    /// A re-export leaf whose name the scope's own code does not use: where it reaches a
+    /// descendant of the scope, it presents that module and is no import of it.
+    presents: bool,
+}
+
+/// The lines of each pair of module files `(from, to)`, as indices into [`Tree::files`].
+pub(crate) type Lines = BTreeMap<(usize, usize), BTreeSet<usize>>;
 
 /// The modules of one crate root (`lib.rs`, `main.rs` or a `bin/` file) and what each names.
 pub(crate) struct Tree {
@@ -75,12 +91,26 @@ impl Tree {
         let mut bindings = BTreeMap::new();
         let mut named = Vec::new();
         for leaf in items.uses {
+            // A glob re-export (no binding) may bring in any name the code then uses: an import.
+            let presents = leaf.reexport
+                && leaf
+                    .binding
+                    .as_ref()
+                    .is_some_and(|name| !items.words.contains(name));
             if let Some(name) = leaf.binding {
                 bindings.entry(name).or_insert_with(|| leaf.path.clone());
             }
-            named.push((leaf.path, leaf.line));
+            named.push(Named {
+                path: leaf.path,
+                line: leaf.line,
+                presents,
+            });
         }
-        named.extend(items.paths);
+        named.extend(items.paths.into_iter().map(|(path, line)| Named {
+            path,
+            line,
+            presents: false,
+        }));
         self.scopes.push(Scope {
             file,
             parent,
@@ -113,22 +143,41 @@ impl Tree {
         Ok(scope)
     }
 
-    /// Every import between two different module files: `(from, to)` as indices into
-    /// [`Tree::files`], with the lines of `from` that make it.
-    pub(crate) fn edges(&self) -> BTreeMap<(usize, usize), BTreeSet<usize>> {
-        let mut edges: BTreeMap<(usize, usize), BTreeSet<usize>> = BTreeMap::new();
+    /// Every path from one module file to another, with the lines of `from` that name `to`,
+    /// in two parts: the imports, and the re-exports of a module's own descendants that its
+    /// code does not use (which are no imports).
+    pub(crate) fn edges(&self) -> (Lines, Lines) {
+        let mut imports = Lines::new();
+        let mut reexports = Lines::new();
         for (index, scope) in self.scopes.iter().enumerate() {
-            for (path, line) in &scope.named {
-                let Some(target) = self.resolve(index, path, false, 0) else {
+            for named in &scope.named {
+                let Some(target) = self.resolve(index, &named.path, false, 0) else {
                     continue;
                 };
                 let to = self.scopes[target].file;
-                if to != scope.file {
-                    edges.entry((scope.file, to)).or_default().insert(*line);
+                if to == scope.file {
+                    continue;
                 }
+                let kind = if named.presents && self.descends_from(target, index) {
+                    &mut reexports
+                } else {
+                    &mut imports
+                };
+                kind.entry((scope.file, to)).or_default().insert(named.line);
             }
         }
-        edges
+        (imports, reexports)
+    }
+
+    /// Whether scope `scope` lies below `ancestor` in the module tree.
+    fn descends_from(&self, mut scope: usize, ancestor: usize) -> bool {
+        while let Some(parent) = self.scopes[scope].parent {
+            if parent == ancestor {
+                return true;
+            }
+            scope = parent;
+        }
+        false
     }
 
     /// The scope that `path`, written in scope `from`, reaches; `None` for a path outside the

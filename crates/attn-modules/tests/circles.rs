@@ -1,5 +1,6 @@
 //! The circle check on crates planted under `tests/fixtures`: one with a circle, a parent and
-//! child that make none, a parent and child that make one, and grouped imports.
+//! child that make none, a parent and child that make one, grouped imports, and a parent's
+//! re-exports of its children, which are no imports until its own code uses them.
 
 use std::path::{Path, PathBuf};
 
@@ -75,14 +76,85 @@ fn a_child_naming_its_parent_is_no_circle() {
     assert_eq!(graph.edge(child, "lib.rs"), None);
     // The parent declares the child, and names it only in a doc comment, a string and tests.
     assert_eq!(graph.edge(parent, child), None);
+    assert_eq!(graph.reexport(parent, child), None);
+    // The root only re-exports its descendants: no imports.
+    assert_eq!(graph.edge("lib.rs", parent), None);
+    assert_eq!(graph.edge("lib.rs", child), None);
     assert_eq!(
-        graph.edge("lib.rs", parent),
+        graph.reexport("lib.rs", parent),
         Some(&edge("lib.rs", parent, &[7]))
     );
     assert_eq!(
-        graph.edge("lib.rs", child),
+        graph.reexport("lib.rs", child),
         Some(&edge("lib.rs", child, &[8]))
     );
+}
+
+#[test]
+fn a_parent_that_only_re_exports_its_children_is_no_circle_with_them() {
+    assert_eq!(found("reexport_child"), []);
+    let graph = graph("reexport_child");
+    let (parent, child, grandchild) = (
+        "parent/mod.rs",
+        "parent/child/mod.rs",
+        "parent/child/grandchild.rs",
+    );
+    // `pub use`, `pub(crate) use`, and `pub(super) use` of a grandchild with an `as`.
+    assert_eq!(graph.edge(parent, child), None);
+    assert_eq!(graph.edge(parent, grandchild), None);
+    assert_eq!(
+        graph.reexport(parent, child),
+        Some(&edge(parent, child, &[5, 6]))
+    );
+    assert_eq!(
+        graph.reexport(parent, grandchild),
+        Some(&edge(parent, grandchild, &[7]))
+    );
+    // The children's imports of the parent stay imports.
+    assert_eq!(
+        graph.edge(child, parent),
+        Some(&edge(child, parent, &[5, 10]))
+    );
+    assert_eq!(
+        graph.edge(grandchild, parent),
+        Some(&edge(grandchild, parent, &[3]))
+    );
+    // The root presents its descendants too.
+    assert_eq!(graph.edge("lib.rs", parent), None);
+    assert_eq!(
+        graph.reexport("lib.rs", parent),
+        Some(&edge("lib.rs", parent, &[7]))
+    );
+    assert_eq!(
+        graph.reexport("lib.rs", child),
+        Some(&edge("lib.rs", child, &[7]))
+    );
+}
+
+#[test]
+fn a_parent_whose_code_uses_its_child_is_a_circle_despite_its_re_exports() {
+    let found = found("reexport_used");
+    assert_eq!(found.len(), 2, "{found:#?}");
+    // `calls/mod.rs` calls `child::make()`: that line is the import; the re-export is not.
+    let (parent, child) = ("calls/mod.rs", "calls/child.rs");
+    assert_eq!(found[0].modules, files(&[child, parent]));
+    assert_eq!(
+        found[0].cycle,
+        [edge(child, parent, &[3]), edge(parent, child, &[10])]
+    );
+    let graph = graph("reexport_used");
+    assert_eq!(
+        graph.reexport(parent, child),
+        Some(&edge(parent, child, &[5]))
+    );
+    // `uses/mod.rs` writes `Kid`, the name it re-exports, in its code: the re-export imports.
+    let (parent, child) = ("uses/mod.rs", "uses/child.rs");
+    assert_eq!(found[1].modules, files(&[child, parent]));
+    assert_eq!(
+        found[1].cycle,
+        [edge(child, parent, &[3]), edge(parent, child, &[5])]
+    );
+    assert_eq!(graph.reexport(parent, child), None);
 }
 
 #[test]
