@@ -242,6 +242,25 @@ pub enum ModelError {
         /// What the parser said.
         reason: String,
     },
+    /// A tensor of a sharded checkpoint found in a shard its index does not assign it to: a
+    /// second copy of a tensor another shard holds, or a tensor the index does not list.
+    #[error(
+        "tensor `{tensor}` is stored in {found}, but {index} {}",
+        match assigned {
+            Some(shard) => format!("assigns it to {shard}"),
+            None => "does not list it".to_string(),
+        }
+    )]
+    MisplacedTensor {
+        /// The tensor's name.
+        tensor: String,
+        /// The shard it was found in.
+        found: String,
+        /// The index.
+        index: String,
+        /// The shard the index assigns it to, if any.
+        assigned: Option<String>,
+    },
     /// A tensor the module needs is not in the state dict.
     #[error("tensor `{name}` is missing from the state dict")]
     MissingTensor {

@@ -5,7 +5,8 @@
 //!
 //! Readers: `config.json` of GPT-2, BERT and the Llama family (read, checked and loaded onto
 //! the weights), `model.safetensors` (its 8-byte header length, its JSON header, its bytes),
-//! a pickled PyTorch file, `model.safetensors.index.json`, chat templates with
+//! a pickled PyTorch file, `model.safetensors.index.json` (and shards holding a tensor the
+//! index assigns elsewhere), chat templates with
 //! `tokenizer_config.json`, and `generation_config.json`. Templates that loop, recurse or grow
 //! without end must stop at the renderer's bounds; chains of operators among brackets and
 //! strings that hold `}}` must be refused past their bound and render below it.
@@ -569,6 +570,67 @@ fn shard_indexes_load_or_are_refused() {
             }
         }
     });
+}
+
+/// The mistral folder's shards, with one tensor also written into a shard the index does not
+/// assign it to (with its own values or others): never loaded, always named.
+#[test]
+fn a_tensor_in_a_second_shard_is_refused_naming_both_files() {
+    let scratch = Scratch::new("shard-copies");
+    let model = "mistral_tiny";
+    let shards: Vec<String> = (1..=10)
+        .map(|i| format!("model-{i:05}-of-00010.safetensors"))
+        .collect();
+    let mut files: Vec<&str> = shards.iter().map(String::as_str).collect();
+    files.push(SHARD_INDEX_FILE);
+    let dir = scratch.folder(model, model, &files);
+    #[derive(serde::Deserialize)]
+    struct ShardIndex {
+        weight_map: std::collections::BTreeMap<String, String>,
+    }
+    let index: ShardIndex =
+        serde_json::from_str(&read_text(&dir.join(SHARD_INDEX_FILE))).expect("an index");
+    let names: Vec<String> = index.weight_map.keys().cloned().collect();
+    let originals: Vec<Vec<u8>> = shards.iter().map(|s| read(&dir.join(s))).collect();
+    let cases = (any::<Index>(), any::<Index>(), any::<bool>());
+    fuzz(SHARD_SHARE, cases, |(name, shard, changed)| {
+        let name = name.get(&names);
+        let home = &index.weight_map[name];
+        let home_at = shards
+            .iter()
+            .position(|s| s == home)
+            .expect("a listed shard");
+        // Any shard but the one the index names.
+        let to = (home_at + 1 + shard.index(shards.len() - 1)) % shards.len();
+        let home_file =
+            safetensors::SafeTensors::deserialize(&originals[home_at]).expect("a shard");
+        let copied = home_file.tensor(name).expect("the index is right");
+        let mut bytes = copied.data().to_vec();
+        if changed {
+            bytes.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+        }
+        let target = safetensors::SafeTensors::deserialize(&originals[to]).expect("a shard");
+        let mut views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
+            target.tensors().into_iter().collect();
+        views.push((
+            name.clone(),
+            safetensors::tensor::TensorView::new(copied.dtype(), copied.shape().to_vec(), &bytes)
+                .expect("a view"),
+        ));
+        let written = safetensors::tensor::serialize(views, None).expect("the shard serialises");
+        write(&dir.join(&shards[to]), &written);
+        let what = format!("`{name}` of {home} copied into {}", shards[to]);
+        let err = read_llama_weights(&dir).expect_err(&what);
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("`{name}`"))
+                && message.contains(home.as_str())
+                && message.contains(shards[to].as_str()),
+            "{what}: {message}"
+        );
+        write(&dir.join(&shards[to]), &originals[to]);
+    });
+    read_llama_weights(&dir).expect("the folder as it was loads");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1126,3 +1126,97 @@ fn a_file_that_links_out_of_its_folder_is_refused_naming_link_and_target() {
     CausalLm::from_pretrained(&dir, &device).expect("the folder's own files load");
     std::fs::remove_dir_all(&root).expect("clean up");
 }
+
+/// Writes a safetensors file of `f32` tensors (name, shape, values) at `path`.
+fn write_f32_safetensors(path: &Path, tensors: &[(&str, Vec<usize>, Vec<f32>)]) {
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, v)| f32_bytes(v)).collect();
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((name, shape, _), data)| {
+            let view = TensorView::new(Dtype::F32, shape.clone(), data).expect("view");
+            (name.to_string(), view)
+        })
+        .collect();
+    std::fs::write(
+        path,
+        safetensors::serialize(views, None).expect("serialises"),
+    )
+    .expect("write");
+}
+
+/// A tensor in a second shard, or in a shard its index does not name for it, replaced the one
+/// the index assigns (whichever file came last); now it is refused, naming the tensor and both
+/// files.
+#[test]
+fn a_tensor_outside_the_shard_its_index_names_is_refused_naming_both_files() {
+    let device = Device::flex();
+    let dir = std::env::temp_dir().join(format!("attn-hf-{}-tiny-shards", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (one, two) = (dir.join("one.safetensors"), dir.join("two.safetensors"));
+    let index = dir.join(SHARD_INDEX_FILE);
+    let write_index = |map: serde_json::Value| {
+        std::fs::write(&index, serde_json::json!({ "weight_map": map }).to_string()).expect("write")
+    };
+    write_index(serde_json::json!({
+        "a": "one.safetensors", "b": "one.safetensors", "c": "two.safetensors"
+    }));
+    write_f32_safetensors(
+        &one,
+        &[
+            ("a", vec![2], vec![1.0, 2.0]),
+            ("b", vec![3], vec![3.0, 4.0, 5.0]),
+        ],
+    );
+    write_f32_safetensors(&two, &[("c", vec![1], vec![6.0])]);
+    let dict = read_llama_weights(&dir).expect("each tensor in its shard");
+    assert_eq!(
+        to_vec(dict.tensor::<1>("a", [2], &device).expect("a")),
+        [1.0, 2.0]
+    );
+    assert_eq!(
+        to_vec(dict.tensor::<1>("c", [1], &device).expect("c")),
+        [6.0]
+    );
+
+    let refused = |expected: String| {
+        let err = read_llama_weights(&dir).expect_err(&expected);
+        assert!(
+            matches!(err, ModelError::MisplacedTensor { .. }),
+            "{expected}: {err}"
+        );
+        assert_eq!(err.to_string(), expected);
+    };
+    // `a` again, with other values, in the shard after its own.
+    write_f32_safetensors(
+        &two,
+        &[("c", vec![1], vec![6.0]), ("a", vec![2], vec![9.0, 9.0])],
+    );
+    refused(format!(
+        "tensor `a` is stored in {}, but {} assigns it to {}",
+        two.display(),
+        index.display(),
+        one.display()
+    ));
+    // `c`, which the index places in the first shard, found in the second.
+    write_f32_safetensors(&two, &[("c", vec![1], vec![6.0])]);
+    write_index(serde_json::json!({
+        "a": "one.safetensors", "b": "one.safetensors", "c": "one.safetensors",
+        "x": "two.safetensors"
+    }));
+    refused(format!(
+        "tensor `c` is stored in {}, but {} assigns it to {}",
+        two.display(),
+        index.display(),
+        one.display()
+    ));
+    // A tensor the index does not list.
+    write_index(serde_json::json!({ "a": "one.safetensors", "c": "two.safetensors" }));
+    refused(format!(
+        "tensor `b` is stored in {}, but {} does not list it",
+        one.display(),
+        index.display()
+    ));
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

@@ -697,11 +697,16 @@ fn left_padding(
 /// The index and its shards must be regular files, or links to files inside the folder
 /// ([`folder_file`]).
 ///
+/// Every tensor must be in the shard the index assigns it to: a tensor in a second shard, or in
+/// a shard the index does not name for it, is refused rather than read from whichever file
+/// came last.
+///
 /// # Errors
 /// [`ModelError::File`] for an index or a shard that is not a regular file, links out of the
 /// folder or is too large, [`ConfigError::Read`] for an index that cannot be parsed,
-/// [`ModelError::Load`] naming a listed shard that is missing or cannot be parsed, and those
-/// of [`read_weights`](super::read_weights).
+/// [`ModelError::Load`] naming a listed shard that is missing or cannot be parsed,
+/// [`ModelError::MisplacedTensor`] naming a tensor, the shard it was found in and the one the
+/// index assigns it to, and those of [`read_weights`](super::read_weights).
 pub fn read_llama_weights(folder: &Path) -> Result<StateDict, ModelError> {
     let Some(index_path) = folder_file(folder, SHARD_INDEX_FILE)? else {
         return super::read_weights(folder);
@@ -737,6 +742,19 @@ pub fn read_llama_weights(folder: &Path) -> Result<StateDict, ModelError> {
             });
         };
         let part = StateDict::from_safetensors_file(&path)?;
+        // Each tensor is read from the one file the index names for it: a copy in another
+        // shard would silently replace it, whichever file came last.
+        for name in part.names() {
+            let assigned = index.weight_map.get(name);
+            if assigned != Some(shard) {
+                return Err(ModelError::MisplacedTensor {
+                    tensor: name.to_string(),
+                    found: path.display().to_string(),
+                    index: index_path.display().to_string(),
+                    assigned: assigned.map(|other| folder.join(other).display().to_string()),
+                });
+            }
+        }
         dict = Some(match dict {
             None => part,
             Some(mut dict) => {

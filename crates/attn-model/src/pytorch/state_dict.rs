@@ -107,7 +107,9 @@ impl StateDict {
     }
 
     /// Adds `other`'s tensors (a further shard of the same checkpoint); a name both hold
-    /// keeps `other`'s.
+    /// keeps `other`'s, so a caller that must not replace a tensor checks the names first
+    /// ([`read_llama_weights`](crate::hf::read_llama_weights) refuses a tensor outside the
+    /// shard its index names).
     pub fn extend(&mut self, other: StateDict) {
         self.tensors.extend(other.tensors);
     }
