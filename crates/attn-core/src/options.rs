@@ -133,9 +133,10 @@ impl AttentionOptions {
         self
     }
 
-    /// Masks the keys where `keep` is `false` (PyTorch's boolean `attn_mask` convention).
+    /// Masks the keys where `keep` is `false` (PyTorch's boolean `attn_mask` convention; as
+    /// [`keep_to_mask`](crate::keep_to_mask), whose module builds on this one's options).
     pub fn with_keep_mask(self, keep: Tensor<4, Bool>) -> Self {
-        self.with_mask(crate::keep_to_mask(keep))
+        self.with_mask(keep.bool_not())
     }
 
     /// Adds `bias` to the scaled scores before softmax.
