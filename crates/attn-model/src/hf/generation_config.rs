@@ -47,36 +47,75 @@ impl GenerationDefaults {
     /// The defaults of a model folder: from `generation_config.json`, else the token ids of
     /// `config.json`, else none at all.
     ///
+    /// `pad_token_id` and `bos_token_id` are ids the model is fed, so when `config.json` gives
+    /// a `vocab_size` they must lie in `0..vocab_size`: a padding id of `10^9` is refused here,
+    /// naming its file, rather than later as a token of some batch.
+    ///
     /// # Errors
     /// [`ChatError::File`] for a file that is not a regular file, links out of the folder, is
     /// longer than [`CHAT_MAX_BYTES`](super::chat::CHAT_MAX_BYTES) or cannot be read,
     /// [`ChatError::Read`] for one that is not UTF-8, [`ChatError::Json`] for one that does
-    /// not parse and [`ChatError::WrongType`], naming the key, for a value of the wrong type.
+    /// not parse, [`ChatError::WrongType`], naming the key, for a value of the wrong type, and
+    /// [`ChatError::TokenOutsideVocab`] naming the file, the key, the id and the vocabulary.
     pub fn from_folder(folder: &Path) -> Result<GenerationDefaults, ChatError> {
+        let config_path = folder.join(MODEL_CONFIG_FILE);
+        let config = read_json_object(folder, MODEL_CONFIG_FILE)?;
+        let vocab = config
+            .as_ref()
+            .and_then(|config| config.get("vocab_size"))
+            .and_then(Json::as_u64);
         let generation = folder.join(GENERATION_CONFIG_FILE);
-        if let Some(map) = read_json_object(folder, GENERATION_CONFIG_FILE)? {
-            let settings = Settings {
-                path: &generation,
-                map: &map,
-            };
-            return Ok(GenerationDefaults {
-                temperature: settings.float("temperature")?,
-                top_k: settings.count("top_k")?,
-                top_p: settings.float("top_p")?,
-                repetition_penalty: settings.float("repetition_penalty")?,
-                do_sample: settings.flag("do_sample")?,
-                ..settings.token_ids()?
-            });
-        }
-        let config = folder.join(MODEL_CONFIG_FILE);
-        match read_json_object(folder, MODEL_CONFIG_FILE)? {
-            Some(map) => Settings {
-                path: &config,
-                map: &map,
+        let (defaults, path) = match read_json_object(folder, GENERATION_CONFIG_FILE)? {
+            Some(map) => {
+                let settings = Settings {
+                    path: &generation,
+                    map: &map,
+                };
+                let defaults = GenerationDefaults {
+                    temperature: settings.float("temperature")?,
+                    top_k: settings.count("top_k")?,
+                    top_p: settings.float("top_p")?,
+                    repetition_penalty: settings.float("repetition_penalty")?,
+                    do_sample: settings.flag("do_sample")?,
+                    ..settings.token_ids()?
+                };
+                (defaults, &generation)
             }
-            .token_ids(),
-            None => Ok(GenerationDefaults::default()),
+            None => match &config {
+                Some(map) => {
+                    let settings = Settings {
+                        path: &config_path,
+                        map,
+                    };
+                    (settings.token_ids()?, &config_path)
+                }
+                None => return Ok(GenerationDefaults::default()),
+            },
+        };
+        if let Some(vocab) = vocab {
+            defaults.check_input_ids(path, vocab)?;
         }
+        Ok(defaults)
+    }
+
+    /// Refuses a `pad_token_id` or `bos_token_id` (read from `path`) outside `0..vocab`.
+    fn check_input_ids(&self, path: &Path, vocab: u64) -> Result<(), ChatError> {
+        for (key, id) in [
+            ("pad_token_id", self.pad_token_id),
+            ("bos_token_id", self.bos_token_id),
+        ] {
+            if let Some(id) = id
+                && !u64::try_from(id).is_ok_and(|id| id < vocab)
+            {
+                return Err(ChatError::TokenOutsideVocab {
+                    path: path.display().to_string(),
+                    key,
+                    id,
+                    vocab,
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -311,6 +350,88 @@ mod tests {
             }
             let _ = fs::remove_dir_all(&folder);
         }
+    }
+
+    #[test]
+    fn an_input_id_outside_the_vocabulary_names_file_key_and_value() {
+        let config = r#"{"model_type": "llama", "vocab_size": 101, "pad_token_id": 0}"#;
+        for (files, file, key, id) in [
+            (
+                vec![
+                    (GENERATION_CONFIG_FILE, r#"{"pad_token_id": 1000000000}"#),
+                    (MODEL_CONFIG_FILE, config),
+                ],
+                GENERATION_CONFIG_FILE,
+                "pad_token_id",
+                1_000_000_000,
+            ),
+            (
+                vec![
+                    (GENERATION_CONFIG_FILE, r#"{"bos_token_id": 101}"#),
+                    (MODEL_CONFIG_FILE, config),
+                ],
+                GENERATION_CONFIG_FILE,
+                "bos_token_id",
+                101,
+            ),
+            (
+                vec![(
+                    MODEL_CONFIG_FILE,
+                    r#"{"vocab_size": 101, "pad_token_id": 1000000000}"#,
+                )],
+                MODEL_CONFIG_FILE,
+                "pad_token_id",
+                1_000_000_000,
+            ),
+            (
+                vec![(
+                    MODEL_CONFIG_FILE,
+                    r#"{"vocab_size": 101, "pad_token_id": -1}"#,
+                )],
+                MODEL_CONFIG_FILE,
+                "pad_token_id",
+                -1,
+            ),
+        ] {
+            let folder = folder_with("outside-vocab", &files);
+            let err = GenerationDefaults::from_folder(&folder).expect_err(key);
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "{}: `{key}` is {id}, outside the 101 token ids (0..101) of config.json's \
+                     vocab_size",
+                    folder.join(file).display()
+                )
+            );
+            let _ = fs::remove_dir_all(&folder);
+        }
+        // The last id of the vocabulary is one, and without a vocab_size nothing is checked.
+        let folder = folder_with(
+            "inside-vocab",
+            &[
+                (GENERATION_CONFIG_FILE, r#"{"pad_token_id": 100}"#),
+                (MODEL_CONFIG_FILE, config),
+            ],
+        );
+        assert_eq!(
+            GenerationDefaults::from_folder(&folder)
+                .expect("in the vocabulary")
+                .pad_token_id,
+            Some(100)
+        );
+        fs::write(folder.join(MODEL_CONFIG_FILE), r#"{"model_type": "llama"}"#).expect("written");
+        fs::write(
+            folder.join(GENERATION_CONFIG_FILE),
+            r#"{"pad_token_id": 1000000000}"#,
+        )
+        .expect("written");
+        assert_eq!(
+            GenerationDefaults::from_folder(&folder)
+                .expect("nothing to check against")
+                .pad_token_id,
+            Some(1_000_000_000)
+        );
+        let _ = fs::remove_dir_all(&folder);
     }
 
     #[test]

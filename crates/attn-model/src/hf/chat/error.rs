@@ -43,6 +43,22 @@ pub enum ChatError {
         /// What it is.
         found: String,
     },
+    /// A token id the model is fed (`pad_token_id`, `bos_token_id`) outside the vocabulary
+    /// that `config.json`'s `vocab_size` gives.
+    #[error(
+        "{path}: `{key}` is {id}, outside the {vocab} token ids (0..{vocab}) of config.json's \
+         vocab_size"
+    )]
+    TokenOutsideVocab {
+        /// The file that gives the id.
+        path: String,
+        /// The key.
+        key: &'static str,
+        /// The id.
+        id: i64,
+        /// `config.json`'s `vocab_size`.
+        vocab: u64,
+    },
     /// `chat_template` is a list of named templates, none of them named `"default"`.
     #[error(
         "{path} lists chat templates named {names:?} but none named \"default\"; \
