@@ -13,7 +13,8 @@ use burn::backend::{
     tensor::FloatTensor,
 };
 
-use super::{Biasing, FlashAttentionOps, FlashParams, Masking};
+use super::FlashAttentionOps;
+use super::params::{Biasing, FlashParams, Masking};
 
 /// What the backward pass needs: the inner backend's tensors, never the weights.
 #[derive(Clone, Debug)]

@@ -12,7 +12,7 @@ use burn::backend::{
 };
 use burn::tensor::{Bool, Tensor};
 
-use super::{Biasing, FlashParams, Masking};
+use super::params::{Biasing, FlashKernel, FlashParams, Masking};
 use crate::{PreparedAttention, chunked};
 
 /// A backend whose primitives convert to and from [`Tensor`]s.
@@ -107,7 +107,7 @@ pub(super) fn bias_backward<B: Primitives>(
     let (q, k, v) = (B::float(q), B::float(k), B::float(v));
     let plan = plan::<B>(&q, &k, mask, Biasing::Biased(bias), params);
     // The tensor operations' own block, whichever kernel the parameters name.
-    let block = if params.kernel == super::FlashKernel::Blocks {
+    let block = if params.kernel == FlashKernel::Blocks {
         params.block
     } else {
         crate::chunked::DEFAULT_BLOCK

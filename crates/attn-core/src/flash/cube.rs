@@ -20,7 +20,7 @@ use burn_cubecl::{CubeBackend, kernel::untile, ops::numeric::empty_device_contig
 use attn_kernels::cube::{self as kernels, Settings};
 
 use super::blocks::Primitives;
-use super::{Biasing, FlashParams, Masking};
+use super::params::{Biasing, FlashParams, Masking};
 
 type Cube = burn::backend::Cube;
 
