@@ -1,8 +1,16 @@
 //! Scaled dot-product attention as pure functions over burn tensors.
 //!
+//! # The formula
+//!
 //! ```text
-//! Attention(Q, K, V) = softmax(Q·Kᵀ / √d_head + bias, masked → −∞) · V
+//! Attention(Q, K, V) = softmax(Q·Kᵀ · scale + mask) · V,    scale = 1/√d_head by default
 //! ```
+//!
+//! [`formula::attention`] is that line and nothing else, one named tensor per step: start
+//! there. Everything below computes the same function with more options or faster, and every
+//! strategy is tested against it.
+//!
+//! # The entry point
 //!
 //! The entry point is [`scaled_dot_product_attention`] (and its `Result`-returning twin
 //! [`try_scaled_dot_product_attention`]). It takes `q`, `k`, `v` shaped
@@ -49,6 +57,7 @@ pub mod backend;
 mod chunked;
 mod error;
 mod explicit;
+pub mod formula;
 // burn-ndarray is deprecated in burn 0.22 and still one of the backends served here.
 #[allow(deprecated)]
 mod flash;

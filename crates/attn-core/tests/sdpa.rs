@@ -1,17 +1,19 @@
-//! Scaled dot-product attention against PyTorch's reference vectors, against finite
-//! differences, and against the properties the math promises, on every strategy and backend.
+//! Scaled dot-product attention against PyTorch's reference vectors, against the plain formula
+//! (`attn_core::formula::attention`), against finite differences, and against the properties
+//! the math promises, on every strategy and backend.
 
 use attn_core::backend::BackendKind;
 use attn_core::{
     AttentionError, AttentionOptions, CausalAlignment, DECODE_MAX_QUERIES, DECODE_MIN_KEYS,
-    NATIVE_TRAINING_MIN_KEYS, Route, Strategy, native_attention, native_attention_backward,
-    native_serves, scaled_dot_product_attention, try_scaled_dot_product_attention,
+    NATIVE_TRAINING_MIN_KEYS, Route, Strategy, causal_mask, formula, native_attention,
+    native_attention_backward, native_serves, padding_mask, padding_mask_from_lengths,
+    repeat_kv_heads, scaled_dot_product_attention, try_scaled_dot_product_attention,
 };
 use attn_testing::{
     ATOL, RTOL, RefTensor, SeededRng, TestDevice, assert_close, assert_close_slices,
     assert_tensors_close, for_each_device, load_reference, to_vec,
 };
-use burn::tensor::{Bool, Device, Tensor};
+use burn::tensor::{Bool, Device, Tensor, TensorData};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -107,6 +109,12 @@ fn every_reference_case_matches_pytorch_on_every_strategy() {
     assert!(file.cases.len() >= 8, "reference file lost cases");
     for_each_device(|d| {
         for case in &file.cases {
+            let formula = formula_context(
+                case.q.tensor(&d.device),
+                case.k.tensor(&d.device),
+                case.v.tensor(&d.device),
+                &case.options(&d.device),
+            );
             for strategy in STRATEGIES {
                 let what = format!("{} / {} / {}", d.name, case.name, strategy.name());
                 let options = case.options(&d.device).with_strategy(strategy);
@@ -122,11 +130,18 @@ fn every_reference_case_matches_pytorch_on_every_strategy() {
                     assert_eq!(out.route, route, "{what}");
                 }
                 assert_close(
-                    out.context,
+                    out.context.clone(),
                     &case.out,
                     ATOL,
                     RTOL,
                     &format!("{what}: context"),
+                );
+                assert_tensors_close(
+                    out.context,
+                    formula.clone(),
+                    ATOL,
+                    RTOL,
+                    &format!("{what}: context against the formula"),
                 );
             }
             let out = scaled_dot_product_attention(
@@ -143,6 +158,279 @@ fn every_reference_case_matches_pytorch_on_every_strategy() {
                 RTOL,
                 &format!("{} / {}: weights", d.name, case.name),
             );
+        }
+    });
+}
+
+/// The additive mask of `formula::attention` for the call `options` describes, and which
+/// keys it masks: the caller's mask and causality become `−∞`, the bias is added.
+///
+/// # Shapes
+/// - returns: both `[batch, n_heads, seq_len_q, seq_len_kv]`; the mask is `None` when the call
+///   masks and biases nothing
+fn formula_mask(
+    shape: [usize; 4],
+    options: &AttentionOptions,
+    device: &Device,
+) -> (Option<Tensor<4>>, Tensor<4, Bool>) {
+    let [_, _, seq_len_q, seq_len_kv] = shape;
+    let causal = options.causal.map(|alignment| {
+        causal_mask(seq_len_q, seq_len_kv, alignment, device)
+            .reshape([1, 1, seq_len_q, seq_len_kv]) // [1, 1, seq_len_q, seq_len_kv]
+            .expand(shape)
+    });
+    let caller = options.mask.clone().map(|mask| mask.expand(shape));
+    let masked = match (caller, causal) {
+        (Some(caller), Some(causal)) => caller.bool_or(causal),
+        (Some(mask), None) | (None, Some(mask)) => mask,
+        (None, None) => Tensor::<4, Bool>::full(shape, false, device),
+    };
+    if options.mask.is_none() && options.causal.is_none() && options.bias.is_none() {
+        return (None, masked);
+    }
+    let additive = Tensor::<4>::zeros(shape, device).mask_fill(masked.clone(), f32::NEG_INFINITY);
+    let additive = match &options.bias {
+        Some(bias) => additive + bias.clone(),
+        None => additive,
+    };
+    (Some(additive), masked)
+}
+
+/// `formula::attention` on the call that `q`, `k`, `v` and `options` describe (mask, bias,
+/// causality, scale; grouped key/value heads repeated), as the strategies answer it: a row
+/// whose keys are all masked is NaN in the formula (`0/0`) and zeros in the strategies, so
+/// such rows, after checking that they and no others hold NaN, are set to zero.
+///
+/// # Shapes
+/// As [`scaled_dot_product_attention`]; returns the context
+/// `[batch, n_heads, seq_len_q, d_value]`.
+fn formula_context(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    options: &AttentionOptions,
+) -> Tensor<4> {
+    let [batch, n_heads, seq_len_q, d_head] = q.dims();
+    let [_, _, seq_len_kv, d_value] = v.dims();
+    let device = q.device();
+    let (mask, masked) = formula_mask([batch, n_heads, seq_len_q, seq_len_kv], options, &device);
+    let scale = options.scale.unwrap_or(1.0 / (d_head as f64).sqrt());
+    let k = repeat_kv_heads(k, n_heads); // [batch, n_heads, seq_len_kv, d_head]
+    let v = repeat_kv_heads(v, n_heads); // [batch, n_heads, seq_len_kv, d_value]
+    let context = formula::attention(q, k, v, mask, scale); // [batch, n_heads, seq_len_q, d_value]
+    let masked = masked
+        .into_data()
+        .convert::<bool>()
+        .try_to_vec::<bool>()
+        .expect("bool data");
+    let mut values = to_vec(context);
+    let rows = values.chunks_mut(d_value).zip(masked.chunks(seq_len_kv));
+    for (row, (values, keys)) in rows.enumerate() {
+        if keys.iter().all(|&m| m) {
+            assert!(
+                values.iter().all(|x| x.is_nan()),
+                "row {row} of the formula masks every key and holds {values:?}, not NaN"
+            );
+            values.fill(0.0);
+        }
+    }
+    let shape = [batch, n_heads, seq_len_q, d_value];
+    Tensor::from_data(TensorData::new(values, shape), &device)
+}
+
+#[test]
+fn the_formula_matches_pytorch_on_every_reference_case() {
+    // The formula alone, against PyTorch: what every strategy is compared with is itself right.
+    let file: SdpaFile = load_reference("sdpa.json");
+    assert!(file.cases.len() >= 8, "reference file lost cases");
+    for_each_device(|d| {
+        for case in &file.cases {
+            let options = case.options(&d.device);
+            let context = formula_context(
+                case.q.tensor(&d.device),
+                case.k.tensor(&d.device),
+                case.v.tensor(&d.device),
+                &options,
+            );
+            let what = format!("{} / {}: the formula", d.name, case.name);
+            assert_close(context, &case.out, ATOL, RTOL, &what);
+        }
+    });
+}
+
+#[test]
+fn the_formula_gives_nan_exactly_where_every_key_is_masked() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(61);
+        let q = rng.tensor([3, 3, 5, 4], &d.device);
+        let k = rng.tensor([3, 3, 7, 4], &d.device);
+        let v = rng.tensor([3, 3, 7, 6], &d.device);
+        // Query 2 of head 1 of batch 0 sees no key: row 1 · 5 + 2 of the 45 rows of queries.
+        let hidden_row = 5 + 2;
+        let mut mask = vec![0.0f32; 3 * 3 * 5 * 7];
+        mask[hidden_row * 7..(hidden_row + 1) * 7].fill(f32::NEG_INFINITY);
+        let mask = Tensor::<4>::from_data(TensorData::new(mask, [3, 3, 5, 7]), &d.device);
+        let context = to_vec(formula::attention(q, k, v, Some(mask), 0.5));
+        for (index, x) in context.iter().enumerate() {
+            let row = index / 6;
+            assert_eq!(
+                x.is_nan(),
+                row == hidden_row,
+                "{}: value {index} is {x}",
+                d.name
+            );
+        }
+    });
+}
+
+/// The strategies checked against the formula on seeded inputs: every one, the chunked with a
+/// block that splits 7 keys into three.
+const AGAINST_THE_FORMULA: [Strategy; 5] = [
+    Strategy::Explicit,
+    Strategy::Chunked { block: 3 },
+    Strategy::Fused,
+    Strategy::Native,
+    Strategy::Auto,
+];
+
+#[test]
+fn every_strategy_equals_the_formula_with_and_without_masks_on_odd_sizes() {
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(67);
+        let device = &d.device;
+        // batch 3, n_heads 3, seq_len_q 5, seq_len_kv 7, d_head 4, d_value 6.
+        let q = rng.tensor([3, 3, 5, 4], device);
+        let k = rng.tensor([3, 3, 7, 4], device);
+        let v = rng.tensor([3, 3, 7, 6], device);
+        let padding = padding_mask_from_lengths(&[7, 4, 1], 7, device).expect("lengths fit");
+        let cases = [
+            ("no mask", AttentionOptions::new()),
+            (
+                "padding",
+                AttentionOptions::new().with_mask(padding_mask(padding.clone())),
+            ),
+            (
+                "a mask per head and query",
+                AttentionOptions::new().with_mask(rng.bool_tensor([3, 3, 5, 7], 0.4, device)),
+            ),
+            (
+                "top-left causal with a bias",
+                AttentionOptions::new()
+                    .with_causal(CausalAlignment::TopLeft)
+                    .with_bias(rng.tensor([1, 3, 5, 7], device)),
+            ),
+            (
+                "bottom-right causal with padding and scale 0.3",
+                AttentionOptions::new()
+                    .with_causal(CausalAlignment::BottomRight)
+                    .with_mask(padding_mask(padding))
+                    .with_scale(0.3),
+            ),
+        ];
+        for (name, options) in cases {
+            let formula = formula_context(q.clone(), k.clone(), v.clone(), &options);
+            for strategy in AGAINST_THE_FORMULA {
+                let out = scaled_dot_product_attention(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &options.clone().with_strategy(strategy),
+                );
+                let what = format!(
+                    "{} / {name} / {}: against the formula",
+                    d.name,
+                    strategy.name()
+                );
+                if let Some(route) = forced_route(strategy, device) {
+                    assert_eq!(out.route, route, "{what}");
+                }
+                assert_tensors_close(out.context, formula.clone(), ATOL, RTOL, &what);
+            }
+        }
+    });
+}
+
+#[test]
+fn every_strategy_equals_the_formula_on_a_decoding_step_with_grouped_heads() {
+    // One query against 70 keys and one key/value head for three query heads: on the CPU
+    // backends the native and automatic strategies take the decode pass.
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(71);
+        let device = &d.device;
+        let q = rng.tensor([3, 3, 1, 4], device);
+        let k = rng.tensor([3, 1, 70, 4], device);
+        let v = rng.tensor([3, 1, 70, 6], device);
+        let padding = padding_mask_from_lengths(&[70, 33, 5], 70, device).expect("lengths fit");
+        let options = AttentionOptions::new()
+            .with_mask(padding_mask(padding))
+            .with_bias(rng.tensor([1, 3, 1, 70], device))
+            .with_causal(CausalAlignment::BottomRight);
+        let formula = formula_context(q.clone(), k.clone(), v.clone(), &options);
+        for strategy in AGAINST_THE_FORMULA {
+            let out = scaled_dot_product_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                &options.clone().with_strategy(strategy),
+            );
+            let what = format!(
+                "{} / decoding / {}: against the formula",
+                d.name,
+                strategy.name()
+            );
+            let decode = matches!(strategy, Strategy::Native | Strategy::Auto);
+            if decode && native_serves(device) {
+                assert_eq!(out.route, Route::NativeDecode, "{what}");
+            }
+            assert_tensors_close(out.context, formula.clone(), ATOL, RTOL, &what);
+        }
+    });
+}
+
+#[test]
+fn every_differentiable_strategy_has_the_formulas_gradients() {
+    // The formula differentiated by burn's autodiff against each strategy's own backward:
+    // explicit through autodiff, chunked and native through their block-by-block backwards.
+    for_each_device(|d| {
+        let mut rng = SeededRng::new(73);
+        let device = &d.device;
+        let autodiff = device.clone().autodiff();
+        let q = rng.tensor([3, 3, 5, 4], device);
+        let k = rng.tensor([3, 3, 7, 4], device);
+        let v = rng.tensor([3, 3, 7, 6], device);
+        let g = rng.tensor([3, 3, 5, 6], device);
+        let padding = padding_mask_from_lengths(&[7, 4, 1], 7, &autodiff).expect("lengths fit");
+        let options = AttentionOptions::new()
+            .with_mask(padding_mask(padding))
+            .with_bias(rng.tensor([1, 3, 5, 7], &autodiff))
+            .with_causal(CausalAlignment::TopLeft);
+        // Lengths of at least 1 and top-left causality leave every query key 0: no row is
+        // fully masked, so the formula's gradients are finite.
+        let (mask, _) = formula_mask([3, 3, 5, 7], &options, &autodiff);
+        let on = |t: &Tensor<4>| t.clone().to_device(&autodiff).autodiff().require_grad();
+        let (qa, ka, va) = (on(&q), on(&k), on(&v));
+        let context = formula::attention(qa.clone(), ka.clone(), va.clone(), mask, 0.5);
+        let grads = (context * g.clone().to_device(&autodiff).autodiff())
+            .sum()
+            .backward();
+        let expected = [&qa, &ka, &va].map(|t| t.grad(&grads).expect("in the graph"));
+        for strategy in [
+            Strategy::Explicit,
+            Strategy::Chunked { block: 3 },
+            Strategy::Native,
+            Strategy::Auto,
+        ] {
+            let what = format!(
+                "{} / {}: gradients against the formula",
+                d.name,
+                strategy.name()
+            );
+            let options = options.clone().with_strategy(strategy);
+            let grads = gradients(d, q.clone(), k.clone(), v.clone(), g.clone(), &options);
+            for ((got, want), name) in grads.into_iter().zip(expected.clone()).zip(["q", "k", "v"])
+            {
+                assert_tensors_close(got, want, ATOL, RTOL, &format!("{what}: grad_{name}"));
+            }
         }
     });
 }
@@ -434,7 +722,7 @@ fn random_problem(rng: &mut SeededRng, device: &Device) -> Problem {
 }
 
 #[test]
-fn chunked_fused_and_auto_equal_explicit_on_random_problems() {
+fn every_strategy_equals_explicit_and_the_formula_on_random_problems() {
     for_each_device(|d| {
         let mut rng = SeededRng::new(2024);
         for trial in 0..25 {
@@ -449,6 +737,14 @@ fn chunked_fused_and_auto_equal_explicit_on_random_problems() {
                 .context
             };
             let explicit = run(Strategy::Explicit);
+            let formula = formula_context(p.q.clone(), p.k.clone(), p.v.clone(), &p.options);
+            assert_tensors_close(
+                explicit.clone(),
+                formula.clone(),
+                ATOL,
+                RTOL,
+                &format!("{} trial {trial}: explicit vs the formula", d.name),
+            );
             let block = rng.range(1, 4);
             for strategy in [
                 Strategy::Chunked { block },
@@ -456,12 +752,21 @@ fn chunked_fused_and_auto_equal_explicit_on_random_problems() {
                 Strategy::Native,
                 Strategy::Auto,
             ] {
+                let context = run(strategy);
+                let what = format!("{} trial {trial}: {}", d.name, strategy.name());
                 assert_tensors_close(
-                    run(strategy),
+                    context.clone(),
                     explicit.clone(),
                     ATOL,
                     RTOL,
-                    &format!("{} trial {trial}: {} vs explicit", d.name, strategy.name()),
+                    &format!("{what} vs explicit"),
+                );
+                assert_tensors_close(
+                    context,
+                    formula.clone(),
+                    ATOL,
+                    RTOL,
+                    &format!("{what} vs the formula"),
                 );
             }
         }
