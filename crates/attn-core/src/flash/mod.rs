@@ -47,85 +47,18 @@ mod autodiff;
 mod blocks;
 #[cfg(feature = "cube")]
 mod cube;
+mod params;
 #[cfg(feature = "cube")]
 pub(crate) use cube::serves as cube_serves;
 
-use burn::backend::{
-    Backend, ExtensionType, backend_extension,
-    tensor::{BoolTensor, FloatTensor},
-};
+use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
 use burn::tensor::{Device, Tensor};
+
+pub use params::{Biasing, FlashKernel, FlashParams, Masking};
 
 use crate::PreparedAttention;
 use crate::backend::BackendKind;
 use crate::native::host::HostInputs;
-
-/// The non-tensor arguments of [`FlashAttentionOps`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FlashParams {
-    /// The factor on `q·kᵀ`.
-    pub scale: f64,
-    /// Key `j` is masked for query `i` when `j > i + offset`.
-    pub causal_offset: Option<i64>,
-    /// Keys per block of [`FlashKernel::Blocks`] (the native kernel has its own tiling).
-    pub block: usize,
-    /// Which implementation computes the operation.
-    pub kernel: FlashKernel,
-}
-
-/// Which implementation of the same recurrences [`FlashAttentionOps`] runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FlashKernel {
-    /// The native CPU kernels ([`crate::native_attention`] and
-    /// [`crate::native_attention_backward`]) on the inputs in host memory: flex's storage read
-    /// in place, every other backend's tensors read back to the host.
-    Native,
-    /// The online softmax of `chunked.rs` in the backend's own tensor operations, over blocks
-    /// of [`FlashParams::block`] keys, forward and backward: the same code on every backend.
-    Blocks,
-    /// The GPU kernels of `attn_kernels::cube` on the CubeCL backends (wgpu, Vulkan, Metal,
-    /// CUDA): one unit per row, the other side's rows streamed through shared memory, the
-    /// backward recomputing each weight from the log-sum-exp. `float32`, head dimensions up
-    /// to `attn_kernels::cube::MAX_HEAD_DIM`; other problems run as [`FlashKernel::Blocks`].
-    /// On flex and ndarray, which CubeCL does not run, it is [`FlashKernel::Native`].
-    Cube,
-}
-
-/// The mask argument of [`FlashAttentionOps`] (`true` = the key is not attended).
-#[derive(ExtensionType, Clone, Debug)]
-pub enum Masking<B: Backend> {
-    /// Every key is attended (apart from causality).
-    Unmasked,
-    /// A mask broadcasting to `[batch, n_heads, seq_len_q, seq_len_kv]`.
-    Masked(BoolTensor<B>),
-}
-
-/// The bias argument of [`FlashAttentionOps`]: added to the scaled scores.
-#[derive(ExtensionType, Clone, Debug)]
-pub enum Biasing<B: Backend> {
-    /// No bias.
-    Unbiased,
-    /// A bias broadcasting to `[batch, n_heads, seq_len_q, seq_len_kv]`.
-    Biased(FloatTensor<B>),
-}
-
-impl<B: Backend> Masking<B> {
-    pub(crate) fn into_option(self) -> Option<BoolTensor<B>> {
-        match self {
-            Self::Unmasked => None,
-            Self::Masked(mask) => Some(mask),
-        }
-    }
-}
-
-impl<B: Backend> Biasing<B> {
-    pub(crate) fn into_option(self) -> Option<FloatTensor<B>> {
-        match self {
-            Self::Unbiased => None,
-            Self::Biased(bias) => Some(bias),
-        }
-    }
-}
 
 /// Attention forward and backward as backend operations: FlashAttention-2, with the
 /// weights recomputed in the backward pass from the log-sum-exp the forward returns.
