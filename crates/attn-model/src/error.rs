@@ -319,6 +319,16 @@ pub enum ConfigError {
         /// What is supported.
         supported: &'static str,
     },
+    /// A setting whose value no model can have (a negative length, a fraction of a position).
+    #[error("config `{key}` is {value}; it must be {expected}")]
+    Invalid {
+        /// The key in `config.json`.
+        key: &'static str,
+        /// Its value, as the file gives it.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
+    },
     /// The folder holds none of the weight files a loader reads.
     #[error("{folder} holds none of {files}")]
     NoWeights {

@@ -1220,3 +1220,34 @@ fn a_tensor_outside_the_shard_its_index_names_is_refused_naming_both_files() {
     ));
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+/// A rotary length that is not a positive integer is named with its value, not cast (`-5`
+/// became 0 and was reported as "cannot be 0").
+#[test]
+fn an_original_max_position_embeddings_that_is_not_a_positive_integer_is_named() {
+    let device = Device::flex();
+    for value in [
+        serde_json::json!(-5),
+        serde_json::json!(0),
+        serde_json::json!(16.5),
+        serde_json::json!(1e300),
+        serde_json::json!("8192"),
+    ] {
+        let dir = copied_folder("llama_tiny", "rope-length", &["config.json"]);
+        let path = dir.join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+        config["rope_parameters"]["original_max_position_embeddings"] = value.clone();
+        std::fs::write(&path, config.to_string()).expect("write");
+        let err = CausalLm::from_pretrained(&dir, &device).expect_err("refused");
+        let shown = value.to_string();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "model config: config `original_max_position_embeddings` is {shown}; it must \
+                 be a positive integer"
+            )
+        );
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}

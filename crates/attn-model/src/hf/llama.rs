@@ -210,7 +210,9 @@ impl LlamaConfig {
     /// [`ConfigError::Unsupported`] for an unknown `model_type`, a `hidden_act` other than
     /// `silu`, a `rope_type` other than `default`, `linear` and `llama3`, a partial rotary
     /// factor, layers that mix sliding and full attention, or different biases on attention
-    /// and the feed-forward network; [`ModelError::ZeroSize`] for a zero size.
+    /// and the feed-forward network; [`ConfigError::Invalid`] for an
+    /// `original_max_position_embeddings` that is not a positive integer;
+    /// [`ModelError::ZeroSize`] for a zero size.
     pub fn settings(&self) -> Result<LlamaSettings, ModelError> {
         let architecture = Architecture::from_model_type(&self.model_type)?;
         if self.hidden_act != "silu" {
@@ -322,8 +324,10 @@ impl LlamaConfig {
                 factor: required("factor")?,
                 low_freq_factor: required("low_freq_factor")?,
                 high_freq_factor: required("high_freq_factor")?,
-                original_max_position_embeddings: required("original_max_position_embeddings")?
-                    as usize,
+                original_max_position_embeddings: positive_integer(
+                    "original_max_position_embeddings",
+                    parameters,
+                )?,
             },
             other => {
                 return Err(unsupported(
@@ -878,6 +882,25 @@ fn rms_norm(
             None
         },
     })
+}
+
+/// The setting `key` of the rotary `parameters` as a length: an integer from 1 to `u32::MAX`
+/// (a float such as `8192.0` is one), refused by name with its value as the file writes it
+/// rather than cast (`-5.0 as usize` is 0).
+fn positive_integer(key: &'static str, parameters: Option<&Value>) -> Result<usize, ModelError> {
+    let value = parameters
+        .and_then(|p| p.get(key))
+        .filter(|v| !v.is_null())
+        .ok_or_else(|| unsupported(key, "missing".into(), "a number"))?;
+    match value.as_f64() {
+        Some(n) if n >= 1.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX) => Ok(n as usize),
+        _ => Err(ConfigError::Invalid {
+            key,
+            value: value.to_string(),
+            expected: "a positive integer",
+        }
+        .into()),
+    }
 }
 
 fn unsupported(key: &'static str, value: String, supported: &'static str) -> ModelError {
