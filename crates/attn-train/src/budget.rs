@@ -170,7 +170,7 @@ pub fn human(bytes: u128) -> String {
 /// (`memory.max` less `memory.current`); `None` where none of them is known.
 pub fn available() -> Option<u64> {
     let read = |path: &str| {
-        crate::text::read_bounded(std::path::Path::new(path), 1 << 20)
+        crate::files::read_bounded(std::path::Path::new(path), 1 << 20)
             .ok()
             .and_then(|bytes| String::from_utf8(bytes).ok())
     };

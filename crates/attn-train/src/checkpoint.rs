@@ -112,7 +112,7 @@ const SMALL_FILE_LIMIT: u64 = 16 << 20;
 /// The text of a checkpoint's small JSON file `path`: a regular file of at most
 /// [`SMALL_FILE_LIMIT`] bytes, in UTF-8.
 fn read_small(path: &Path) -> Result<String, String> {
-    let bytes = crate::text::read_bounded(path, SMALL_FILE_LIMIT).map_err(|e| e.to_string())?;
+    let bytes = crate::files::read_bounded(path, SMALL_FILE_LIMIT).map_err(|e| e.to_string())?;
     String::from_utf8(bytes).map_err(|e| format!("it is not UTF-8 ({e})"))
 }
 

@@ -606,7 +606,7 @@ impl TrainConfig {
     /// large, [`TrainError::Config`] naming the JSON problem.
     pub fn from_file(path: &Path) -> Result<Self, TrainError> {
         // A regular file of a sensible size only: a FIFO would block, /dev/zero never end.
-        let bytes = crate::text::read_bounded(path, CONFIG_FILE_LIMIT)?;
+        let bytes = crate::files::read_bounded(path, CONFIG_FILE_LIMIT)?;
         let text = String::from_utf8(bytes).map_err(|e| {
             TrainError::Config(format!("{} is not UTF-8 text: {e}", path.display()))
         })?;

@@ -5,11 +5,16 @@
 //! temporary file is created with `O_EXCL`, which refuses a link already standing at its name.
 //! A reader therefore sees the old file or the new one, never half of one, and a link planted in
 //! a run folder can neither redirect a write nor be written through.
+//!
+//! Reading is bounded: [`read_bounded`] refuses what is not a regular file, and a file longer
+//! than its kind may be, before it reads a byte.
 
 use std::fs::OpenOptions;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::text::TextError;
 
 /// A fresh, empty file beside `path`, created here and nowhere else (`O_EXCL`): its name is
 /// `.tmp-`, the process id and a counter, then the file's own name, whose extension it keeps
@@ -84,6 +89,42 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), (PathBuf, std::
         },
         |p, e| (p.to_path_buf(), e),
     )
+}
+
+/// Reads the regular file `path`, refusing anything else and anything over `limit` bytes
+/// before reading it.
+///
+/// # Errors
+///
+/// [`TextError::NotAFile`], [`TextError::TooLarge`], or [`TextError::Io`].
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, TextError> {
+    let meta = std::fs::metadata(path).map_err(|e| TextError::io("reading", path, e))?;
+    if !meta.is_file() {
+        return Err(TextError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    if meta.len() > limit {
+        return Err(TextError::TooLarge {
+            path: path.to_path_buf(),
+            bytes: meta.len(),
+            limit,
+        });
+    }
+    let file = std::fs::File::open(path).map_err(|e| TextError::io("opening", path, e))?;
+    let mut bytes = Vec::new();
+    // A file that grows after the check is read up to the limit and one byte more.
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| TextError::io("reading", path, e))?;
+    if bytes.len() as u64 > limit {
+        return Err(TextError::TooLarge {
+            path: path.to_path_buf(),
+            bytes: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
 }
 
 /// What stands at a path inside a folder, seen without following links.

@@ -24,7 +24,7 @@
 //! - [`random`]: the run's seeded ChaCha8 streams;
 //! - [`metrics`], [`plot`]: what is measured, and its pictures;
 //! - [`run_dir`], [`checkpoint`]: what a run writes where, and how it resumes;
-//! - [`files`]: files written whole and never through a link;
+//! - [`files`]: files read within a bound, and written whole and never through a link;
 //! - `allocator` (with the `mimalloc` feature): the programs' allocator setting.
 //!
 //! ```no_run

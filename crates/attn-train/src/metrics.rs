@@ -239,7 +239,7 @@ const METRICS_LIMIT: u64 = 256 << 20;
 
 fn read_rows<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, TrainError> {
     // A regular file of a sensible size only: a FIFO would block, /dev/zero never end.
-    let bytes = crate::text::read_bounded(path, METRICS_LIMIT)?;
+    let bytes = crate::files::read_bounded(path, METRICS_LIMIT)?;
     let mut reader = csv::Reader::from_reader(bytes.as_slice());
     reader
         .deserialize()

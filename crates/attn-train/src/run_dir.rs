@@ -84,7 +84,7 @@ impl Manifest {
             return Ok(Self::default());
         }
         // A regular file of a sensible size only: a FIFO would block, /dev/zero never end.
-        let bytes = crate::text::read_bounded(&path, MANIFEST_LIMIT)?;
+        let bytes = crate::files::read_bounded(&path, MANIFEST_LIMIT)?;
         serde_json::from_slice(&bytes)
             .map_err(|e| TrainError::Config(format!("{} does not parse: {e}", path.display())))
     }

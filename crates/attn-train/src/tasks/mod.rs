@@ -1,5 +1,6 @@
 //! Synthetic tasks, generated on the fly from a seed: the [`Task`] trait, what every task
-//! provides, and the registry ([`TaskKind::task`]) that names one implementation per file.
+//! provides, and the registry ([`TaskKind::task`], in `registry.rs`) that names one
+//! implementation per file.
 //!
 //! The encoder tasks map a sequence of `seq_len` tokens to one class per position:
 //!
@@ -18,7 +19,8 @@
 //! source, for `translate`) puts one in [`HELD_OUT_ONE_IN`] on the held-out side ([`Split`]).
 //!
 //! A new task is one file implementing [`Task`], one [`TaskKind`] variant (its name in
-//! configuration files and on the command line) and one line in [`TaskKind::task`].
+//! configuration files and on the command line) and one line in [`TaskKind::task`]
+//! (`registry.rs`, the one file that names every task).
 
 use std::fmt;
 
@@ -29,16 +31,21 @@ pub mod add;
 mod batch;
 pub mod context;
 pub mod copy;
+mod error;
+mod example;
 mod held_out;
+mod registry;
 pub mod reverse;
 pub mod sort;
 mod symbols;
 pub mod text;
 pub mod translate;
 
+pub use crate::text::TextSettings;
 pub use batch::Batch;
+pub use error::TaskError;
+pub use example::{Example, GenerationPrompt};
 pub use held_out::{HELD_OUT_ONE_IN, Split};
-pub use text::TextSettings;
 
 /// The class of positions that are not scored (loss and accuracy skip them).
 pub const IGNORED: usize = 0;
@@ -79,19 +86,6 @@ pub enum TaskKind {
 }
 
 impl TaskKind {
-    /// The registry: the implementation of each task, one line per task.
-    pub fn task(self) -> &'static dyn Task {
-        match self {
-            Self::Copy => &copy::COPY,
-            Self::Reverse => &reverse::REVERSE,
-            Self::Sort => &sort::SORT,
-            Self::Context => &context::ContextTask,
-            Self::Add => &add::AddTask,
-            Self::Translate => &translate::TranslateTask,
-            Self::Text => &text::TextTask,
-        }
-    }
-
     /// The model this task trains.
     pub fn architecture(self) -> Architecture {
         self.task().architecture()
@@ -125,38 +119,6 @@ pub struct LongRange {
     pub min_distance: usize,
     /// Tokens per sequence.
     pub seq_len: usize,
-}
-
-/// One example of a task: the encoder's source (empty but for the encoder-decoder), the
-/// model's input tokens and the target class of each input position.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Example {
-    /// The source the encoder reads (encoder-decoder only; empty otherwise).
-    pub source: Vec<i64>,
-    /// The input token ids.
-    pub tokens: Vec<i64>,
-    /// The target class per input position, [`IGNORED`] where nothing is scored.
-    pub targets: Vec<i64>,
-}
-
-impl Example {
-    /// An example without a source.
-    pub fn encoded(tokens: Vec<i64>, targets: Vec<i64>) -> Self {
-        Self {
-            source: Vec::new(),
-            tokens,
-            targets,
-        }
-    }
-}
-
-/// What a generation starts from: the prompt tokens, and the source for an encoder-decoder.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GenerationPrompt {
-    /// The source the encoder reads (encoder-decoder only).
-    pub source: Option<Vec<i64>>,
-    /// The tokens the decoder starts from.
-    pub tokens: Vec<i64>,
 }
 
 /// Where the `context` task's ambiguous word and its cue stand in one sequence.
@@ -327,54 +289,6 @@ impl Default for TaskConfig {
             text: TextSettings::default(),
         }
     }
-}
-
-/// Why a task cannot be generated.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum TaskError {
-    /// Sequences need at least two tokens.
-    #[error("seq_len is {seq_len}; tasks need at least 2 tokens per sequence")]
-    SeqTooShort {
-        /// The requested length.
-        seq_len: usize,
-    },
-    /// The symbol tasks need at least two symbols.
-    #[error("vocab is {vocab}; copy, reverse and sort need at least 2 symbols")]
-    VocabTooSmall {
-        /// The requested vocabulary size.
-        vocab: usize,
-    },
-    /// More symbols than the backends' integer type can number: token ids and classes are
-    /// `i32` on the backends this crate builds ([`MAX_VOCAB`]).
-    #[error(
-        "vocab is {vocab}; token ids must fit the backend's i32, so vocab can be at most {max}"
-    )]
-    VocabTooLarge {
-        /// The requested vocabulary size.
-        vocab: usize,
-        /// The largest that fits.
-        max: usize,
-    },
-    /// The text task without a text.
-    #[error("the text task needs a text to train on: give --data FILE (or a folder)")]
-    NoText,
-    /// `add` operands need between 1 and 9 digits.
-    #[error("digits is {digits}; add needs operands of 1 to 9 digits")]
-    DigitsOutOfRange {
-        /// The requested operand width.
-        digits: usize,
-    },
-    /// No cue position is far enough from the ambiguous word.
-    #[error(
-        "min_distance {min_distance} does not fit in seq_len {seq_len}; \
-         the cue needs seq_len > min_distance (and min_distance >= 1)"
-    )]
-    DistanceDoesNotFit {
-        /// The requested least distance.
-        min_distance: usize,
-        /// The sequence length.
-        seq_len: usize,
-    },
 }
 
 impl TaskConfig {

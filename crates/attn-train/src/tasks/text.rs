@@ -5,41 +5,15 @@
 //! `get_batch` draws. The held-out set is windows of the validation split, the last 10% of the
 //! text. The loss is in nats per token.
 //!
-//! The data lives in [`TextSettings::loaded`], filled by [`crate::text::TextData::prepare`]
-//! (a fresh run) or [`crate::text::TextData::open`] (a resumed one); the tokenizer's size
-//! becomes the task's `vocab`.
-
-use std::path::PathBuf;
+//! The data lives in [`TextSettings::loaded`], filled by [`TaskConfig::load_text`] through
+//! [`crate::text::TextData::prepare`] (a fresh run) or [`crate::text::TextData::open`] (a
+//! resumed one); the tokenizer's size becomes the task's `vocab`.
 
 use rand::RngCore;
-use serde::{Deserialize, Serialize};
 
 use super::{Architecture, Example, GenerationPrompt, Size, Split, Task, TaskConfig, TaskError};
-use crate::error::TrainError;
-use crate::run_dir::RunDir;
-use crate::text::{LoadedText, Side, TextData, TokenizerChoice};
-
-/// The text task's settings: where its text comes from, and its tokenizer.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TextSettings {
-    /// The text files, read in this order (a folder stands for its regular files).
-    pub data: Vec<PathBuf>,
-    /// `char`, `bpe:N`, or the path of a `tokenizer.json`.
-    pub tokenizer: TokenizerChoice,
-    /// Read bytes that are not UTF-8 as U+FFFD instead of refusing the file.
-    pub lossy: bool,
-    /// The text, once read (never saved: the fields above name it).
-    #[serde(skip)]
-    pub loaded: Option<LoadedText>,
-}
-
-impl TextSettings {
-    /// Whether these are the defaults (a task other than `text`), left out of `config.json`.
-    pub fn is_unused(&self) -> bool {
-        self.data.is_empty() && self.tokenizer == TokenizerChoice::Char && !self.lossy
-    }
-}
+pub use crate::text::TextSettings;
+use crate::text::{Side, TextData};
 
 /// Model the user's own text (decoder-only).
 #[derive(Clone, Copy, Debug, Default)]
@@ -128,42 +102,6 @@ impl Task for TextTask {
             source: None,
             tokens: ids.into_iter().map(i64::from).collect(),
         })
-    }
-}
-
-impl TaskConfig {
-    /// Reads the `text` task's text into [`TextSettings::loaded`] and records the tokenizer's
-    /// size as `vocab`; nothing for the other tasks. A fresh run reads its `--data` files (and
-    /// with a folder writes its tokenizer and ids there); a resumed one (`resume`) reads the
-    /// folder's copy, and the files may have changed or gone since.
-    ///
-    /// # Errors
-    ///
-    /// [`TrainError::Text`] naming the file and what is wrong with it.
-    pub fn load_text(&mut self, run_dir: Option<&RunDir>, resume: bool) -> Result<(), TrainError> {
-        if self.kind != super::TaskKind::Text || self.text.loaded.is_some() {
-            return Ok(());
-        }
-        let data = match run_dir {
-            Some(dir) if resume => TextData::open(dir.root(), self.seq_len)?,
-            _ => TextData::prepare(
-                &self.text.data,
-                self.text.lossy,
-                &self.text.tokenizer,
-                self.seq_len,
-                run_dir,
-            )?,
-        };
-        let vocab = data.tokenizer.vocab_size();
-        if resume && vocab != self.vocab {
-            return Err(TrainError::Config(format!(
-                "the run's tokenizer has {vocab} tokens but its configuration says vocab {}",
-                self.vocab
-            )));
-        }
-        self.vocab = vocab;
-        self.text.loaded = Some(LoadedText(std::sync::Arc::new(data)));
-        Ok(())
     }
 }
 

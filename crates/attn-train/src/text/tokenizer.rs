@@ -114,7 +114,7 @@ impl<'de> Deserialize<'de> for TokenizerChoice {
 /// [`TextError::NotAFile`], [`TextError::TooLarge`] or [`TextError::Io`] for the file,
 /// [`TextError::BadTokenizer`] naming it when it is not a tokenizer `tokenizers` can use.
 pub fn read_tokenizer(path: &Path) -> Result<Tokenizer, TextError> {
-    let bytes = super::read_bounded(path, TOKENIZER_MAX_BYTES)?;
+    let bytes = crate::files::read_bounded(path, TOKENIZER_MAX_BYTES)?;
     let bad = |reason: String| TextError::BadTokenizer {
         path: path.to_path_buf(),
         reason,

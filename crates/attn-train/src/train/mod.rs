@@ -41,6 +41,7 @@
 //! One file per job:
 //!
 //! - this file: the entry points, fresh ([`run`], [`run_on`]) or resumed ([`resume`]);
+//! - `options`: how to run beyond the configuration ([`RunOptions`]);
 //! - `start`: the model, optimizer and scheduler, built afresh or loaded from a checkpoint;
 //! - `run_loop`: the loop ([`run_data_parallel`]), one named step after another;
 //! - `update`: one update, on one device ([`update()`]) or shared among several
@@ -49,9 +50,7 @@
 //! - `divergence`: the guard that stops a run whose loss runs away;
 //! - `summary`: the final metrics, plots and [`RunSummary`].
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::path::Path;
 
 use burn::tensor::Device;
 
@@ -61,38 +60,16 @@ use crate::run_dir;
 
 mod checkpoint_policy;
 mod divergence;
+mod options;
 mod run_loop;
 mod start;
 mod summary;
 mod update;
 
+pub use options::RunOptions;
 pub use run_loop::run_data_parallel;
 pub use summary::RunSummary;
 pub use update::{optimizer, update, update_data_parallel};
-
-/// How to run, beyond the configuration itself.
-#[derive(Clone, Debug, Default)]
-pub struct RunOptions {
-    /// Folder for `metrics.csv`, `config.json`, checkpoints and plots; `None` writes nothing
-    /// (and so can neither checkpoint nor resume).
-    pub out: Option<PathBuf>,
-    /// Continue from the newest checkpoint in `out` instead of starting afresh.
-    pub resume: bool,
-    /// Stop after this many steps (checkpointing there) although the schedule spans
-    /// `config.steps`: an interrupted run, to be resumed later.
-    pub stop_at: Option<usize>,
-    /// Show a progress bar on stderr (plain lines at each evaluation when stderr is not a
-    /// terminal).
-    pub progress: bool,
-    /// Skip the PNG plots (they take a moment; tests do not need them).
-    pub skip_plots: bool,
-    /// A fresh run may reuse a folder that is not empty, removing the files its manifest lists
-    /// (an earlier run's) and nothing else.
-    pub overwrite: bool,
-    /// Raised (by a signal handler, say) to stop the run: the step under way finishes, a
-    /// checkpoint is written, and the run returns with [`RunSummary::interrupted`] set.
-    pub interrupt: Option<Arc<AtomicBool>>,
-}
 
 /// Trains on the backend named by `config.device`.
 ///
@@ -142,6 +119,7 @@ pub fn run_on(
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::path::PathBuf;
     use std::sync::Mutex;
 
     use attn_testing::{TestDevice, for_each_device};
