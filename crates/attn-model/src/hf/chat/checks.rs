@@ -10,7 +10,8 @@
 //! inside brackets and literals' neighbours alike. `{% raw %}` blocks, which minijinja does not
 //! parse, are skipped as it skips them, and so are comments.
 
-use super::{CHAT_MAX_CHAIN, ChatError};
+use super::error::ChatError;
+use super::limits::CHAT_MAX_CHAIN;
 
 /// Refuses a template with a tag that holds more than [`CHAT_MAX_CHAIN`] operators, or with
 /// more than [`CHAT_MAX_CHAIN`] `elif` branches, before minijinja parses it into a tree too

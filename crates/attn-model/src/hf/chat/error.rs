@@ -5,8 +5,8 @@ use minijinja::{Error, ErrorKind};
 
 use crate::files::FileError;
 
+use super::limits::{CHAT_RECURSION_LIMIT, CHAT_RENDER_FUEL};
 use super::python::RaisedByTemplate;
-use super::{CHAT_RECURSION_LIMIT, CHAT_RENDER_FUEL};
 
 /// Why a chat template or a generation setting cannot be read or rendered.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +80,7 @@ pub enum ChatError {
     },
     /// A rendering that ran past one of its bounds: [`CHAT_RENDER_FUEL`] instructions,
     /// [`CHAT_RECURSION_LIMIT`] levels, or
-    /// [`CHAT_PROMPT_MAX_BYTES`](super::CHAT_PROMPT_MAX_BYTES) of output.
+    /// [`CHAT_PROMPT_MAX_BYTES`](super::limits::CHAT_PROMPT_MAX_BYTES) of output.
     #[error("chat template{}: {what} {limit}, so the rendering stopped", line.map(|n| format!(" line {n}")).unwrap_or_default())]
     RenderLimit {
         /// The template's line where it stopped, when minijinja knows it.

@@ -6,8 +6,24 @@ use std::path::Path;
 
 use serde_json::{Map, Value as Json};
 
-use super::{CHAT_MAX_BYTES, ChatError, SpecialTokens};
+use super::error::ChatError;
+use super::limits::CHAT_MAX_BYTES;
 use crate::files::{folder_file, read_bounded};
+
+/// The special tokens a template can name: `bos_token`, `eos_token`, `unk_token` and
+/// `pad_token`. A token that is `None` is left undefined in the template, as transformers
+/// leaves it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpecialTokens {
+    /// Beginning of sequence, `bos_token`.
+    pub bos: Option<String>,
+    /// End of sequence (or of turn), `eos_token`.
+    pub eos: Option<String>,
+    /// Unknown token, `unk_token`.
+    pub unk: Option<String>,
+    /// Padding token, `pad_token`.
+    pub pad: Option<String>,
+}
 
 /// The text of the file `name` of `folder`, within [`CHAT_MAX_BYTES`], or `None` when nothing
 /// is there. Only a regular file is read, or a link to one inside the folder

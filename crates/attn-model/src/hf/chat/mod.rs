@@ -45,6 +45,7 @@
 mod checks;
 mod error;
 mod folder;
+mod limits;
 mod python;
 #[cfg(test)]
 mod tests;
@@ -61,38 +62,12 @@ use folder::{default_template, read_optional, special_tokens};
 use python::{python_formatter, raise_exception, strftime_now, tojson};
 
 pub use error::ChatError;
+pub use folder::SpecialTokens;
 pub(crate) use folder::{read_json_object, wrong_type};
-
-/// The chat template file that transformers' `save_pretrained` writes.
-pub const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
-
-/// The tokenizer settings file, with the special tokens and, in older folders, the template.
-pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
-
-/// The most bytes read from one file of a model folder by this module and by
-/// [`GenerationDefaults`](super::generation_config::GenerationDefaults): 4 MiB.
-pub const CHAT_MAX_BYTES: u64 = 4 << 20;
-
-/// The most instructions one rendering runs (minijinja's fuel, one unit per instruction):
-/// Qwen3's and Llama 3's templates spend a few hundred per message, so this allows
-/// conversations of tens of thousands of messages while a loop of `range(100000)` nested in
-/// another ends within a second or so.
-pub const CHAT_RENDER_FUEL: u64 = 20_000_000;
-
-/// The deepest nesting of calls, blocks and loops one rendering reaches (minijinja's recursion
-/// counter; a macro call counts several levels): a macro that calls itself without end stops
-/// here, well before the thread's stack would.
-pub const CHAT_RECURSION_LIMIT: usize = 200;
-
-/// The most operators (`+`, `~`, `|`, calls, `and`, `if`...`else`, ...) one tag may chain, and
-/// the most `elif` branches one template may hold. minijinja builds each into a tree as deep as
-/// it is long, and compiles and drops that tree by recursion: ten thousand overflow a thread's
-/// 2 MiB stack, three thousand do not. Hugging Face's templates use a few dozen.
-pub const CHAT_MAX_CHAIN: usize = 500;
-
-/// The most bytes one rendering writes, and the most `tojson` writes for one value: 16 MiB,
-/// a thousand times a long conversation's prompt.
-pub const CHAT_PROMPT_MAX_BYTES: u64 = 16 << 20;
+pub use limits::{
+    CHAT_MAX_BYTES, CHAT_MAX_CHAIN, CHAT_PROMPT_MAX_BYTES, CHAT_RECURSION_LIMIT, CHAT_RENDER_FUEL,
+    CHAT_TEMPLATE_FILE, TOKENIZER_CONFIG_FILE,
+};
 
 /// The name the template is compiled under; minijinja's errors name it.
 const TEMPLATE_NAME: &str = "chat_template";
@@ -114,21 +89,6 @@ impl ChatMessage {
             content: content.into(),
         }
     }
-}
-
-/// The special tokens a template can name: `bos_token`, `eos_token`, `unk_token` and
-/// `pad_token`. A token that is `None` is left undefined in the template, as transformers
-/// leaves it.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SpecialTokens {
-    /// Beginning of sequence, `bos_token`.
-    pub bos: Option<String>,
-    /// End of sequence (or of turn), `eos_token`.
-    pub eos: Option<String>,
-    /// Unknown token, `unk_token`.
-    pub unk: Option<String>,
-    /// Padding token, `pad_token`.
-    pub pad: Option<String>,
 }
 
 /// A chat template's source, checked but not compiled, with the special tokens it renders

@@ -7,7 +7,7 @@ use std::fmt;
 use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Error, ErrorKind, Output, State, Value};
 
-use super::CHAT_PROMPT_MAX_BYTES;
+use super::limits::CHAT_PROMPT_MAX_BYTES;
 
 /// The error `raise_exception` fails a rendering with, found again in
 /// [`render_error`](super::error::render_error) to tell it from the engine's own errors.
