@@ -24,7 +24,7 @@ pub(super) fn check(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<Case
         let weights = case.weights_path(dir)?;
         let dict = StateDict::from_safetensors_file(&weights)
             .with_context(|| format!("case {}: reading {}", case.name, weights.display()))?;
-        let (activation, norm) = super::block_settings(case.activation, case.norm_first);
+        let (activation, norm) = super::torch::block_settings(case.activation, case.norm_first);
         for (backend, device) in devices {
             for strategy in STRATEGIES {
                 let block = DecoderBlockConfig::new(case.d_model, case.n_heads, case.d_ff)

@@ -8,7 +8,8 @@ use attn_model::{EncoderBlockConfig, EncoderInput, TorchEncoderLayer, TorchLayer
 use attn_reference::{Closeness, EncoderLayerCase, EncoderLayerFile, RefTensor, ReferenceFile};
 use burn::tensor::Device;
 
-use super::{CaseReport, STRATEGIES, torch_attention, torch_linear};
+use super::torch::{torch_attention, torch_linear};
+use super::{CaseReport, STRATEGIES};
 
 fn layer_norm(gamma: &RefTensor, beta: &RefTensor, device: &Device) -> Result<TorchLayerNorm> {
     Ok(TorchLayerNorm {
@@ -31,7 +32,7 @@ pub(super) fn check(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<Case
     let file = EncoderLayerFile::read_from(dir)?;
     let mut reports = Vec::new();
     for case in &file.cases {
-        let (activation, norm) = super::block_settings(case.activation, case.norm_first);
+        let (activation, norm) = super::torch::block_settings(case.activation, case.norm_first);
         for (backend, device) in devices {
             let weights = weights(case, device)?;
             for strategy in STRATEGIES {

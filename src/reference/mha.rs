@@ -8,7 +8,8 @@ use attn_model::{MhaInput, MultiHeadAttentionConfig, NeedWeights};
 use attn_reference::{Closeness, MhaFile, ReferenceFile};
 use burn::tensor::Device;
 
-use super::{CaseReport, STRATEGIES, torch_attention};
+use super::torch::torch_attention;
+use super::{CaseReport, STRATEGIES};
 
 pub(super) fn check(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<CaseReport>> {
     let file = MhaFile::read_from(dir)?;

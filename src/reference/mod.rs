@@ -11,60 +11,20 @@ mod encoder_layer;
 mod hf;
 mod mha;
 mod positional;
+mod report;
 mod sdpa;
+mod torch;
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use attn_core::Strategy;
 use attn_reference::{
-    AttentionWeights, Closeness, DecoderLayerFile, EncoderLayerFile, MhaFile, PositionalFile,
-    RefTensor, ReferenceFile, SdpaFile,
+    DecoderLayerFile, EncoderLayerFile, MhaFile, PositionalFile, ReferenceFile, SdpaFile,
 };
 use burn::tensor::Device;
-use serde::Serialize;
 
 pub use attn_reference::{ATOL, RTOL};
-
-/// Every attention strategy, each checked on its own.
-pub const STRATEGIES: [Strategy; 5] = [
-    Strategy::Explicit,
-    Strategy::Chunked { block: 64 },
-    Strategy::Fused,
-    Strategy::Native,
-    Strategy::Auto,
-];
-
-/// The outcome of one case on one backend with one strategy.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct CaseReport {
-    /// The file the case came from.
-    pub file: String,
-    /// The case's name.
-    pub case: String,
-    /// The backend it ran on.
-    pub backend: String,
-    /// The computation path (an attention strategy, or `module` for layers).
-    pub strategy: String,
-    /// The largest absolute difference over every compared tensor.
-    pub max_abs_err: f32,
-    /// Whether every compared value was within `ATOL + RTOL · |expected|`.
-    pub pass: bool,
-}
-
-impl CaseReport {
-    /// The report of `case` of `file`, run on `backend` along `strategy`.
-    fn new(file: &str, case: &str, backend: &str, strategy: &str, closeness: &Closeness) -> Self {
-        Self {
-            file: file.to_string(),
-            case: case.to_string(),
-            backend: backend.to_string(),
-            strategy: strategy.to_string(),
-            max_abs_err: closeness.max_abs_err(),
-            pass: closeness.is_within(),
-        }
-    }
-}
+pub use report::{CaseReport, STRATEGIES};
 
 /// The reference files this checker understands, with the function that runs each.
 type Checker = fn(&Path, &[(String, Device)]) -> Result<Vec<CaseReport>>;
@@ -114,47 +74,4 @@ pub fn check_dir(dir: &Path, devices: &[(String, Device)]) -> Result<Vec<CaseRep
         FILES.map(|(n, _)| n)
     );
     Ok(reports)
-}
-
-/// The block settings of a PyTorch layer's `activation` and `norm_first`.
-fn block_settings(
-    activation: attn_reference::encoder_layer::Activation,
-    norm_first: bool,
-) -> (attn_model::Activation, attn_model::NormPlacement) {
-    use attn_reference::encoder_layer::Activation as Torch;
-    let activation = match activation {
-        Torch::Relu => attn_model::Activation::Relu,
-        Torch::Gelu => attn_model::Activation::Gelu,
-    };
-    let norm = if norm_first {
-        attn_model::NormPlacement::Pre
-    } else {
-        attn_model::NormPlacement::Post
-    };
-    (activation, norm)
-}
-
-/// The projections as the model's PyTorch loader takes them, on `device`.
-fn torch_attention(
-    weights: &AttentionWeights,
-    device: &Device,
-) -> Result<attn_model::TorchMultiheadAttention> {
-    Ok(attn_model::TorchMultiheadAttention {
-        q: torch_linear(&weights.w_q, &weights.b_q, device)?,
-        k: torch_linear(&weights.w_k, &weights.b_k, device)?,
-        v: torch_linear(&weights.w_v, &weights.b_v, device)?,
-        out_proj: torch_linear(&weights.w_o, &weights.b_o, device)?,
-    })
-}
-
-/// PyTorch's `Linear` weight `[out, in]` and bias `[out]` as the model's loader takes them.
-fn torch_linear(
-    weight: &RefTensor,
-    bias: &RefTensor,
-    device: &Device,
-) -> Result<attn_model::TorchLinear> {
-    Ok(attn_model::TorchLinear {
-        weight: weight.try_tensor(device)?,
-        bias: Some(bias.try_tensor(device)?),
-    })
 }
