@@ -152,17 +152,26 @@ impl ChatTemplate {
             Some(config) => special_tokens(&config_path, config)?,
             None => SpecialTokens::default(),
         };
-        let source = match read_optional(folder, CHAT_TEMPLATE_FILE)? {
-            Some(source) => source,
+        let (source, from) = match read_optional(folder, CHAT_TEMPLATE_FILE)? {
+            Some(source) => (source, folder.join(CHAT_TEMPLATE_FILE)),
             None => match config
                 .as_ref()
                 .and_then(|config| config.get("chat_template"))
             {
                 None | Some(Json::Null) => return Ok(None),
-                Some(template) => default_template(&config_path, template)?,
+                Some(template) => (default_template(&config_path, template)?, config_path),
             },
         };
-        ChatTemplate::new(source, special).map(Some)
+        // A refusal names the file the template came from.
+        ChatTemplate::new(source, special)
+            .map(Some)
+            .map_err(|error| match error {
+                ChatError::Template { line, reason } => ChatError::Template {
+                    line,
+                    reason: format!("{reason} (in {})", from.display()),
+                },
+                other => other,
+            })
     }
 
     /// `source` with `special`, checked without being parsed: no tag may chain more than
