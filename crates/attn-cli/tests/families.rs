@@ -99,10 +99,11 @@ fn character(id: usize) -> char {
         .expect("fewer ids than characters")
 }
 
-/// A copy of a folder that has no tokenizer, with [`character_tokenizer`].
-fn with_character_tokenizer(name: &str) -> PathBuf {
+/// A copy of a folder that has no tokenizer, with [`character_tokenizer`], for the test
+/// `test` (tests run at once in one process, each with its own copy).
+fn with_character_tokenizer(name: &str, test: &str) -> PathBuf {
     let from = hf(name);
-    let dir = temp(name);
+    let dir = temp(&format!("{name}-{test}"));
     for entry in std::fs::read_dir(&from).expect("the folder") {
         let path = entry.expect("an entry").path();
         std::fs::copy(&path, dir.join(path.file_name().expect("a name"))).expect("copied");
@@ -112,10 +113,10 @@ fn with_character_tokenizer(name: &str) -> PathBuf {
     dir
 }
 
-/// The folder of `name` as the program is given it, with a tokenizer.
-fn folder(name: &str) -> PathBuf {
+/// The folder of `name` as the program is given it in the test `test`, with a tokenizer.
+fn folder(name: &str, test: &str) -> PathBuf {
     if name.starts_with("qwen") {
-        with_character_tokenizer(name)
+        with_character_tokenizer(name, test)
     } else {
         hf(name)
     }
@@ -153,7 +154,7 @@ fn generate_writes_transformers_greedy_tokens_for_every_decoder_family() {
         "qwen2_tiny",
         "qwen3_tiny",
     ] {
-        let folder = folder(name);
+        let folder = folder(name, "generate");
         let (prompt, expected, new) = texts(&folder);
         let new = new.to_string();
         // f32: transformers computed the reference in f32 (llama_tiny's file is bf16).
@@ -267,7 +268,7 @@ fn view_writes_a_page_for_all_six_families() {
         "qwen2_tiny",
         "qwen3_tiny",
     ] {
-        let folder = folder(name);
+        let folder = folder(name, "view");
         let page = out.join(format!("{name}.html"));
         let output = run(&[
             "view",
