@@ -421,6 +421,7 @@ fn each_refused_input_exits_non_zero_naming_the_value_before_anything_is_written
     // it, so the run is the default one).
     let out = temp("refused-learned", d.name);
     let output = attn(&[
+        "train".into(),
         "--config".into(),
         learned,
         "--out".into(),
