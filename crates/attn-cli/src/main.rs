@@ -91,7 +91,7 @@ struct TrainArgs {
     #[arg(long, value_name = "FILE.json", help_heading = "Run folder")]
     config: Option<PathBuf>,
     /// Output folder; it must be missing or empty unless --overwrite is given
-    /// [default: runs/<task>]
+    /// [default: runs/TASK, the task's name]
     #[arg(long, value_name = "DIR", help_heading = "Run folder")]
     out: Option<PathBuf>,
     /// Reuse a --out folder that is not empty: remove the files that an earlier run listed in

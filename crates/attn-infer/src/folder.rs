@@ -328,8 +328,9 @@ impl FolderModel {
         by_logits.min(by_tokens).max(1)
     }
 
-    /// Answers each prompt, in batches that fit the bounds of [`FolderModel::batch_size`],
-    /// handing each answer to `on_answer(index, answer)` in order; returns the timing.
+    /// Answers each prompt, in batches whose logits and caches fit [`BATCH_LOGITS_BYTES`] and
+    /// [`BATCH_TOKENS`], handing each answer to `on_answer(index, answer)` in order; returns the
+    /// timing.
     ///
     /// # Errors
     /// More than [`MAX_PROMPTS`] prompts, and as [`generate`](Self::generate).
